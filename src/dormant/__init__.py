@@ -1,0 +1,1 @@
+"""dormant: very many long-lived LLM agent sessions, memory bounded by work in flight."""

@@ -1,0 +1,33 @@
+"""Agent definitions: a name, a system prompt, a model and tools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+from .models.base import Model
+from .tools import ToolBox, ToolSpec
+
+
+@dataclass(frozen=True)
+class Agent:
+    """What a thread runs. Threads name their agent; the runtime maps the name here.
+
+    ``builtins`` adds ``spawn_thread``, ``report_to_parent`` and ``sleep_until``.
+    """
+
+    name: str
+    model: Model
+    system_prompt: str = "You are a helpful assistant."
+    tools: Sequence[ToolSpec] = ()
+    builtins: bool = True
+    toolbox: ToolBox = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UsageError("an agent needs a name")
+        from .builtins import BUILTIN_TOOLS
+
+        tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])
+        object.__setattr__(self, "toolbox", ToolBox(tools))

@@ -1,0 +1,60 @@
+"""Settings, validated once at start-up into one frozen object.
+
+Every field can come from a ``DORMANT_*`` environment variable of the same name
+in upper case (``concurrency`` ← ``DORMANT_CONCURRENCY``); the CLI shows them in
+``--help``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import UsageError
+
+DEFAULT_STORE = "sqlite:///dormant.db"
+
+
+class Settings(BaseModel):
+    """Runtime settings. Bounds are enforced here, not scattered through the code."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    store: str = Field(DEFAULT_STORE, description="store URL: sqlite:///path.db or memory://")
+    synchronous: str = Field("NORMAL", pattern="^(NORMAL|FULL|EXTRA)$", description="SQLite sync")
+    concurrency: int = Field(64, ge=1, le=10_000, description="slices running at once (C)")
+    tool_concurrency: int = Field(64, ge=1, le=10_000, description="async tool calls at once")
+    lease_s: float = Field(30.0, gt=0, le=3600, description="lease length of a claimed thread")
+    max_rounds: int = Field(8, ge=1, le=100, description="model rounds per slice (inline tools)")
+    max_input_bytes: int = Field(1024 * 1024, ge=1024, description="largest input accepted")
+    view_messages: int = Field(64, ge=1, le=10_000, description="messages in a view at most")
+    view_bytes: int = Field(256 * 1024, ge=1024, description="bytes of history in a view at most")
+    model_timeout_s: float = Field(120.0, gt=0, description="timeout of one model call")
+    model_retries: int = Field(5, ge=0, le=100, description="slice failures before a thread fails")
+    tool_attempts: int = Field(5, ge=1, le=100, description="attempts of a retryable async tool")
+    retry_base_s: float = Field(0.5, gt=0, description="first retry backoff")
+    retry_max_s: float = Field(60.0, gt=0, description="largest retry backoff")
+    poll_s: float = Field(0.2, gt=0, le=60, description="idle poll interval for new work")
+    worker_id: str | None = Field(None, description="worker name in leases (default host:pid)")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """Settings from ``DORMANT_*`` variables, then ``overrides`` (None means unset)."""
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            env = os.environ.get(f"DORMANT_{name.upper()}")
+            if env is not None and env != "":
+                values[name] = env
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.build(**values)
+
+    @classmethod
+    def build(cls, **values: Any) -> Settings:
+        """Validate ``values``; raise :class:`UsageError` naming the bad setting."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            raise UsageError(f"invalid settings: {problems}") from None

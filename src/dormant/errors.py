@@ -1,0 +1,123 @@
+"""The one exception hierarchy of dormant.
+
+Errors are split by who must act:
+
+* the caller's mistake: :class:`UsageError`, :class:`NotFound`, :class:`InvalidInput`;
+* an operational condition: :class:`StoreError` (and :class:`StoreFull`,
+  :class:`StoreLocked`, :class:`SchemaError`), :class:`Overloaded`,
+  :class:`LeaseLost`, :class:`ModelError`, :class:`ToolError`.
+
+Each class has a stable ``code`` and an HTTP status in :data:`HTTP_STATUS`.
+Driver errors are translated at the store boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class DormantError(Exception):
+    """Base of every error dormant raises on purpose."""
+
+    code = "dormant_error"
+
+
+class UsageError(DormantError):
+    """The caller used the API or CLI wrongly (bad URL, bad option, bad state)."""
+
+    code = "usage_error"
+
+
+class NotFound(UsageError):
+    """A named thread, input, blob or agent does not exist."""
+
+    code = "not_found"
+
+
+class InvalidInput(UsageError):
+    """An input was refused before anything was written (too large, bad kind, ...)."""
+
+    code = "invalid_input"
+
+
+class StoreError(DormantError):
+    """The durable store failed; nothing the failing call did was acknowledged."""
+
+    code = "store_error"
+
+
+class StoreFull(StoreError):
+    """The database or its disk is full; retry once space is freed."""
+
+    code = "store_full"
+
+
+class StoreLocked(StoreError):
+    """The database stayed locked by another process longer than the busy timeout."""
+
+    code = "store_locked"
+
+
+class SchemaError(StoreError):
+    """The database schema is newer than this runtime, or damaged."""
+
+    code = "schema_error"
+
+
+class Overloaded(DormantError):
+    """The runtime refuses new work for now; retry after ``retry_after`` seconds."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LeaseLost(DormantError):
+    """A worker's lease on a thread or outbox entry expired or was taken over."""
+
+    code = "lease_lost"
+
+
+class ModelError(DormantError):
+    """The model call failed. ``retryable`` tells whether a later attempt may succeed."""
+
+    code = "model_error"
+
+    def __init__(self, message: str, *, retryable: bool = True, retry_after: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ToolError(DormantError):
+    """A tool failed. Raise it from a tool with ``retryable=True`` to ask for a retry."""
+
+    code = "tool_error"
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+HTTP_STATUS: dict[type[DormantError], int] = {
+    DormantError: 500,
+    UsageError: 400,
+    NotFound: 404,
+    InvalidInput: 422,
+    StoreError: 503,
+    StoreFull: 507,
+    StoreLocked: 503,
+    SchemaError: 500,
+    Overloaded: 429,
+    LeaseLost: 409,
+    ModelError: 502,
+    ToolError: 502,
+}
+
+
+def http_status(exc: DormantError) -> int:
+    """The HTTP status for ``exc``: the entry of its nearest class in :data:`HTTP_STATUS`."""
+    for cls in type(exc).__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    return 500

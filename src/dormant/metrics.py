@@ -1,0 +1,66 @@
+"""In-process counters and a bounded latency recorder.
+
+:class:`LatencyRecorder` keeps a fixed-size uniform sample (reservoir sampling),
+so its memory is bounded however many slices run.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+class LatencyRecorder:
+    """Percentiles of durations (seconds) over a bounded uniform sample."""
+
+    def __init__(self, capacity: int = 8192, seed: int = 0) -> None:
+        self.capacity = capacity
+        self.count = 0
+        self.total = 0.0
+        self._sample: list[float] = []
+        self._rng = random.Random(seed)
+
+    def add(self, seconds: float) -> None:
+        """Record one duration."""
+        self.count += 1
+        self.total += seconds
+        if len(self._sample) < self.capacity:
+            self._sample.append(seconds)
+        else:
+            slot = self._rng.randrange(self.count)
+            if slot < self.capacity:
+                self._sample[slot] = seconds
+
+    def percentile(self, p: float) -> float:
+        """The ``p``-th percentile (0..100) of the sample, 0.0 when empty."""
+        if not self._sample:
+            return 0.0
+        ordered = sorted(self._sample)
+        index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+        return ordered[index]
+
+    @property
+    def mean(self) -> float:
+        """Mean of all recorded durations."""
+        return self.total / self.count if self.count else 0.0
+
+    def reset(self) -> None:
+        """Forget everything recorded."""
+        self.count = 0
+        self.total = 0.0
+        self._sample.clear()
+
+
+@dataclass
+class RuntimeStats:
+    """What one runtime did since it started. Counters only: bounded by construction."""
+
+    slices: int = 0
+    completions: int = 0
+    inline_calls: int = 0
+    slice_failures: int = 0
+    leases_lost: int = 0
+    tool_calls: int = 0
+    tool_retries: int = 0
+    tool_failures: int = 0
+    slice_latency: LatencyRecorder = field(default_factory=LatencyRecorder)

@@ -1,0 +1,84 @@
+"""ScriptedModel: a deterministic, in-process model that implements :class:`Model`.
+
+It is a real model as far as the runtime can tell (it streams text and tool call
+pieces), so tests and benchmarks exercise the same path as a remote model.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from ..records import ToolCall
+from .base import (
+    ModelEvent,
+    ModelReply,
+    ModelRequest,
+    TextDelta,
+    ToolCallDelta,
+    last_is_tool_result,
+)
+
+Script = Callable[[ModelRequest], ModelReply]
+
+
+class ScriptedModel:
+    """A model whose reply to each request is computed by ``script``.
+
+    Replies are streamed in ``chunk``-sized text pieces and tool-call pieces.
+    """
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        name: str = "scripted",
+        context_window: int = 128_000,
+        chunk: int = 4096,
+    ) -> None:
+        self.script = script
+        self.name = name
+        self.context_window = context_window
+        self.chunk = chunk
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream the scripted reply."""
+        reply = self.script(request)
+        text = reply.text
+        for start in range(0, len(text), self.chunk):
+            yield TextDelta(text=text[start : start + self.chunk])
+        for index, call in enumerate(reply.tool_calls):
+            yield ToolCallDelta(index=index, id=call.id, name=call.name, arguments=call.arguments)
+
+
+def echo_script(request: ModelRequest) -> ModelReply:
+    """Reply with the newest user text, prefixed by ``echo:``."""
+    for message in reversed(request.messages):
+        if message.role == "user":
+            return ModelReply(text=f"echo: {message.content}")
+    return ModelReply(text="echo: (nothing)")
+
+
+def tool_round_trip(tool: str, arguments: dict[str, object], text: str, *, repeat: int = 1) -> Script:
+    """A script that calls ``tool`` once per turn, then answers with ``text * repeat``.
+
+    When the newest message is not a tool result it replies with the text and one
+    tool call (fresh uuid4 id); after a tool result it replies with text only,
+    which ends the turn. This is the agent_scale workload's model.
+    """
+    body = text * repeat
+    args = json.dumps(arguments)
+
+    def script(request: ModelRequest) -> ModelReply:
+        if last_is_tool_result(request.messages):
+            return ModelReply(text=body)
+        call = ToolCall(id=f"call_{uuid.uuid4().hex}", name=tool, arguments=args)
+        return ModelReply(text=body, tool_calls=(call,))
+
+    return script
+
+
+def echo_model() -> ScriptedModel:
+    """A ScriptedModel running :func:`echo_script`."""
+    return ScriptedModel(echo_script, name="scripted-echo")

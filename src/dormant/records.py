@@ -1,0 +1,235 @@
+"""Frozen records that cross module boundaries: threads, inputs, messages, plans.
+
+They are ``msgspec.Struct`` classes (frozen, keyword-only) because they sit on
+the hot path: cheap to build, cheap to encode. Stores convert rows to these at
+their boundary; nothing passes ``dict[str, Any]`` around.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Generic, Literal, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+class Priority(IntEnum):
+    """Scheduling class of an input. Lower runs first; aging keeps P2 from starving."""
+
+    P0 = 0  # urgent
+    P1 = 1  # normal (default)
+    P2 = 2  # bulk
+
+
+InputKind = Literal["user", "tool_result", "timer", "event", "report"]
+INPUT_KINDS: frozenset[str] = frozenset({"user", "tool_result", "timer", "event", "report"})
+Role = Literal["user", "assistant", "tool"]
+ThreadStatus = Literal["active", "failed"]
+OutboxStatus = Literal["pending", "running", "done", "dead", "unknown"]
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call requested by the model. ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry of a thread's history, numbered by ``seq`` (1, 2, ...) within the thread.
+
+    ``input_id`` names the input a user/tool message was made from, so a store can
+    refuse to record the same input twice.
+    """
+
+    seq: int
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    source: str | None = None
+    input_id: int | None = None
+    created_at: float = 0.0
+
+
+class NewInput(msgspec.Struct, frozen=True, kw_only=True):
+    """An input to admit. ``(thread_id, dedup_key)`` identifies it for ever."""
+
+    thread_id: str
+    kind: InputKind
+    dedup_key: str
+    content: str
+    priority: Priority = Priority.P1
+    not_before: float = 0.0
+    call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+    source: str | None = None
+    agent: str | None = None  # create the thread with this agent if it does not exist
+
+
+class Input(msgspec.Struct, frozen=True, kw_only=True):
+    """An admitted input, as stored."""
+
+    id: int
+    thread_id: str
+    kind: InputKind
+    dedup_key: str
+    content: str
+    priority: Priority
+    not_before: float
+    admitted_at: float
+    call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+    source: str | None = None
+
+
+class Admission(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to an admission: durable when returned. ``duplicate`` if seen before."""
+
+    input_id: int
+    thread_id: str
+    dedup_key: str
+    duplicate: bool
+
+
+class Thread(msgspec.Struct, frozen=True, kw_only=True):
+    """A thread's metadata row (never its history)."""
+
+    id: str
+    agent: str
+    parent_id: str | None = None
+    parent_seq: int = 0
+    status: ThreadStatus = "active"
+    last_seq: int = 0
+    awaiting: int = 0
+    failures: int = 0
+    error: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker's lease on a thread. ``token`` proves ownership at commit time."""
+
+    thread_id: str
+    token: str
+    expires_at: float
+
+
+class ViewLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds on what a slice loads: history messages and bytes, inputs and input bytes."""
+
+    max_messages: int = 64
+    max_bytes: int = 256 * 1024
+    max_inputs: int = 32
+    max_input_bytes: int = 2 * 1024 * 1024
+
+
+class SliceLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """What a slice starts from: thread row, bounded view (oldest first), ready inputs."""
+
+    thread: Thread
+    view: tuple[Message, ...]
+    inputs: tuple[Input, ...]
+
+
+class NewCall(msgspec.Struct, frozen=True, kw_only=True):
+    """An async tool call to put in the outbox."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    idempotent: bool = False
+
+
+class NewThread(msgspec.Struct, frozen=True, kw_only=True):
+    """A child thread created by a slice; it sees its parent's history up to ``parent_seq``."""
+
+    id: str
+    agent: str
+    parent_id: str
+    parent_seq: int
+
+
+class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one slice changes, applied by the store in one transaction.
+
+    ``consumed`` inputs are marked processed, ``messages`` appended (their ``seq``
+    continue ``thread.last_seq``), ``calls`` written to the outbox, ``threads``
+    created, ``admissions`` admitted (to this or other threads), ``awaiting`` is
+    the thread's new count of unanswered async tool calls. The lease is released.
+    """
+
+    thread_id: str
+    token: str
+    consumed: tuple[int, ...]
+    messages: tuple[Message, ...]
+    calls: tuple[NewCall, ...] = ()
+    threads: tuple[NewThread, ...] = ()
+    admissions: tuple[NewInput, ...] = ()
+    awaiting: int = 0
+
+
+class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A claimed (or listed) async tool call."""
+
+    id: int
+    thread_id: str
+    agent: str
+    call_id: str
+    tool: str
+    arguments: str
+    status: OutboxStatus
+    attempts: int
+    idempotent: bool
+    token: str | None = None
+    last_error: str | None = None
+    created_at: float = 0.0
+
+
+OutcomeKind = Literal["done", "retry", "dead"]
+
+
+class OutboxOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """How a dispatcher finished a claimed entry.
+
+    ``done`` and ``dead`` admit ``content`` as the call's tool result (dedup key =
+    call id) in the same transaction; ``retry`` makes the entry claimable again at
+    ``retry_at``.
+    """
+
+    entry_id: int
+    token: str
+    kind: OutcomeKind
+    content: str = ""
+    is_error: bool = False
+    retry_at: float = 0.0
+    error: str | None = None
+
+
+class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
+    """A bounded page of results. ``next_cursor`` is None on the last page."""
+
+    items: tuple[T, ...]
+    next_cursor: str | None = None
+
+
+class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """Counts for ``dormant status``; every figure is a number, never a list."""
+
+    threads_by_status: dict[str, int]
+    threads_ready: int
+    threads_leased: int
+    backlog_by_priority: dict[str, int]
+    outbox_by_status: dict[str, int]
+    dead_letters: int
+    messages: int
+    db_bytes: int = 0
+    wal_bytes: int = 0
+    schema_version: int = 0

@@ -1,0 +1,320 @@
+"""The runtime: the public entry point that ties store, scheduler, slices and dispatcher.
+
+A slice, as run here: load a bounded view → :class:`~dormant.slice.Turn` decides →
+call the model (collected in a turn buffer) → run inline tools → loop (bounded) →
+commit the plan in one transaction → forget. A failed slice commits nothing:
+its inputs stay pending and the thread is retried after a backoff; after
+``model_retries`` failures in a row the thread is marked failed (``dormant retry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from .agent import Agent
+from .config import Settings
+from .dispatcher import Dispatcher, backoff
+from .errors import DormantError, LeaseLost, ModelError, UsageError
+from .metrics import RuntimeStats
+from .models.base import collect
+from .records import (
+    Admission,
+    Claim,
+    Message,
+    NewInput,
+    Page,
+    Priority,
+    StoreStatus,
+    Thread,
+    ViewLimits,
+)
+from .scheduler import Scheduler
+from .slice import InlineCall, InlineResult, Turn
+from .store import Store, open_store
+from .tools import ToolContext
+
+log = logging.getLogger("dormant.runtime")
+
+
+class Runtime:
+    """Hosts agents on a store. Use as ``async with Runtime(url, agents) as rt: ...``.
+
+    ``store`` is a URL (see :func:`~dormant.store.open_store`) or an unopened store.
+    Threads created by :meth:`send` without an explicit agent use ``default_agent``
+    (the first agent when not given).
+    """
+
+    def __init__(
+        self,
+        store: str | Store,
+        agents: Sequence[Agent],
+        *,
+        settings: Settings | None = None,
+        default_agent: str | None = None,
+    ) -> None:
+        if not agents:
+            raise UsageError("a runtime needs at least one agent")
+        self.settings = settings or Settings.from_env()
+        if isinstance(store, str):
+            options: dict[str, Any] = {"max_input_bytes": self.settings.max_input_bytes}
+            if store.startswith("sqlite://"):
+                options["synchronous"] = self.settings.synchronous
+            store = open_store(store, **options)
+        self.store: Store = store
+        self.agents: dict[str, Agent] = {}
+        for agent in agents:
+            if agent.name in self.agents:
+                raise UsageError(f"two agents are named {agent.name!r}")
+            self.agents[agent.name] = agent
+        self.default_agent = default_agent or agents[0].name
+        if self.default_agent not in self.agents:
+            raise UsageError(f"default agent {self.default_agent!r} is not defined")
+        self.worker = self.settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.limits = ViewLimits(max_messages=self.settings.view_messages, max_bytes=self.settings.view_bytes)
+        self.stats = RuntimeStats()
+        self.clock = time.time
+        self._names = frozenset(self.agents)
+        self.scheduler = Scheduler(
+            self.store,
+            self.run_slice,
+            worker=self.worker,
+            concurrency=self.settings.concurrency,
+            lease_s=self.settings.lease_s,
+            poll_s=self.settings.poll_s,
+        )
+        self.dispatcher = Dispatcher(
+            self.store,
+            self.agents,
+            self.stats,
+            worker=self.worker,
+            concurrency=self.settings.tool_concurrency,
+            max_attempts=self.settings.tool_attempts,
+            retry_base_s=self.settings.retry_base_s,
+            retry_max_s=self.settings.retry_max_s,
+            poll_s=self.settings.poll_s,
+            max_result_bytes=self.settings.max_input_bytes,
+            clock=self.clock,
+            on_result=self.scheduler.wake.set,
+        )
+        self._stop: asyncio.Event | None = None
+        self._opened = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the store (creating or migrating its schema)."""
+        if not self._opened:
+            await self.store.open()
+            self._opened = True
+
+    async def close(self) -> None:
+        """Stop running loops and close the store."""
+        self.stop()
+        if self._opened:
+            await self.store.close()
+            self._opened = False
+
+    async def __aenter__(self) -> Runtime:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop claiming work; running slices finish."""
+        if self._stop is not None:
+            self._stop.set()
+
+    async def run(self) -> None:
+        """Run the scheduler and the dispatcher until :meth:`stop`."""
+        await self.open()
+        if self._stop is not None and not self._stop.is_set():
+            raise UsageError("this runtime is already running")
+        self._stop = asyncio.Event()
+        try:
+            await asyncio.gather(self.scheduler.run(self._stop), self.dispatcher.run(self._stop))
+        finally:
+            self._stop.set()
+
+    async def run_until_idle(self, timeout: float | None = None) -> None:
+        """Run until no input is ready, no slice runs and no tool call is open.
+
+        Timers due later do not keep it running. Raises ``TimeoutError`` after
+        ``timeout`` seconds.
+        """
+        runner = asyncio.create_task(self.run())
+        try:
+            async with asyncio.timeout(timeout):
+                while not runner.done():
+                    await asyncio.sleep(0.02)
+                    if self.scheduler.active or self.dispatcher.active:
+                        continue
+                    if not await self.store.has_work():
+                        break
+        finally:
+            self.stop()
+            await runner
+
+    # -- admission and reads ---------------------------------------------------------
+
+    async def send(
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        key: str | None = None,
+        agent: str | None = None,
+        priority: Priority = Priority.P1,
+        not_before: float = 0.0,
+    ) -> Admission:
+        """Admit user text to ``thread_id`` (created with ``agent`` if new).
+
+        Returns once the input is durable. Pass ``key`` to make the send idempotent:
+        the same ``(thread_id, key)`` is admitted once, whatever the retries.
+        """
+        name = agent or self.default_agent
+        if name not in self.agents:
+            raise UsageError(f"unknown agent {name!r}")
+        item = NewInput(
+            thread_id=thread_id,
+            kind="user",
+            dedup_key=key or f"auto:{uuid.uuid4().hex}",
+            content=text,
+            priority=priority,
+            not_before=not_before,
+            agent=name,
+        )
+        (admission,) = await self.admit([item])
+        return admission
+
+    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
+        """Admit inputs of any kind durably; see :meth:`Store.admit`."""
+        admissions = await self.store.admit(items)
+        self.scheduler.wake.set()
+        return admissions
+
+    async def history(
+        self, thread_id: str, *, cursor: str | None = None, limit: int = 50, newest_first: bool = False
+    ) -> Page[Message]:
+        """One page of a thread's history (at most 1,000 messages)."""
+        return await self.store.history(thread_id, cursor=cursor, limit=limit, newest_first=newest_first)
+
+    async def threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
+        """One page of threads."""
+        return await self.store.list_threads(cursor=cursor, limit=limit)
+
+    async def thread(self, thread_id: str) -> Thread:
+        """One thread's row."""
+        return await self.store.get_thread(thread_id)
+
+    async def status(self) -> StoreStatus:
+        """Store-wide counts."""
+        return await self.store.status()
+
+    async def retry(self, thread_id: str) -> Thread:
+        """Make a failed thread run again."""
+        thread = await self.store.retry_thread(thread_id)
+        self.scheduler.wake.set()
+        return thread
+
+    # -- one slice -------------------------------------------------------------------
+
+    async def run_slice(self, claim: Claim) -> None:
+        """Run one slice for ``claim``: load, decide, call, commit. Never raises."""
+        started = time.perf_counter()
+        try:
+            await self._slice(claim)
+        except LeaseLost:
+            self.stats.leases_lost += 1
+            log.warning("slice_lease_lost", extra={"thread_id": claim.thread_id})
+        except asyncio.CancelledError:
+            self.stats.leases_lost += 1
+            raise
+        except Exception as exc:
+            self.stats.slice_failures += 1
+            await self._failed(claim, exc)
+        else:
+            self.stats.slices += 1
+            self.stats.slice_latency.add(time.perf_counter() - started)
+            self.dispatcher.wake.set()
+
+    async def _slice(self, claim: Claim) -> None:
+        load = await self.store.load_slice(claim, self.limits)
+        agent = self.agents.get(load.thread.agent)
+        if agent is None:
+            raise UsageError(f"thread {load.thread.id!r} runs unknown agent {load.thread.agent!r}")
+        turn = Turn(
+            load,
+            token=claim.token,
+            system=agent.system_prompt,
+            tools=agent.toolbox,
+            max_rounds=self.settings.max_rounds,
+            now=self.clock(),
+        )
+        while turn.wants_model:
+            async with asyncio.timeout(self.settings.model_timeout_s):
+                reply = await collect(agent.model.stream(turn.request()))
+            self.stats.completions += 1
+            inline = turn.on_reply(reply)
+            if inline:
+                turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
+        await self.store.commit_slice(turn.plan())
+
+    async def _inline(self, call: InlineCall, thread: Thread, agent: Agent) -> InlineResult:
+        self.stats.inline_calls += 1
+        ctx = ToolContext(
+            thread_id=thread.id,
+            call_id=call.call.id,
+            agent=agent.name,
+            message_seq=call.message_seq,
+            parent_id=thread.parent_id,
+            now=self.clock(),
+            agents=self._names,
+        )
+        try:
+            async with asyncio.timeout(call.spec.timeout):
+                content = await call.spec.invoke(call.args, ctx)
+        except TimeoutError:
+            return InlineResult(call=call.call, content=f"error: timed out after {call.spec.timeout:g}s")
+        except Exception as exc:  # the model hears about a tool's failure
+            return InlineResult(call=call.call, content=f"error: {type(exc).__name__}: {exc}")
+        return InlineResult(
+            call=call.call,
+            content=content,
+            threads=tuple(ctx.threads),
+            admissions=tuple(ctx.admissions),
+        )
+
+    async def _failed(self, claim: Claim, exc: BaseException) -> None:
+        """Release a failed slice's lease with a backoff, or mark the thread failed."""
+        reason = f"{type(exc).__name__}: {exc}"
+        try:
+            thread = await self.store.get_thread(claim.thread_id)
+            failures = thread.failures + 1
+            permanent = isinstance(exc, UsageError) or (isinstance(exc, ModelError) and not exc.retryable)
+            fail = permanent or failures > self.settings.model_retries
+            delay = backoff(failures, self.settings.retry_base_s, self.settings.retry_max_s)
+            if isinstance(exc, ModelError) and exc.retry_after:
+                delay = max(delay, exc.retry_after)
+            log.warning(
+                "slice_failed",
+                extra={"thread_id": claim.thread_id, "error": reason, "failed": fail},
+            )
+            await self.store.release(claim, retry_at=self.clock() + delay, error=reason, fail=fail)
+        except DormantError as store_exc:
+            # the lease will expire by itself; the inputs are still pending
+            log.error(
+                "slice_release_failed",
+                extra={"thread_id": claim.thread_id, "error": str(store_exc)},
+            )

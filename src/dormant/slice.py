@@ -1,0 +1,225 @@
+"""The pure step logic of one execution slice.
+
+:class:`Turn` is a state machine over (loaded view, inputs, model replies, inline
+tool results) that produces a frozen :class:`CommitPlan`. It does no I/O: the
+runtime calls the model and runs inline tools, and feeds what came back in. That
+keeps the hardest rules testable without a database or a model:
+
+* inputs become messages in admission order;
+* while async tool calls are open, the model is not called;
+* every assistant tool call gets exactly one tool result: inline results and
+  error results (unknown tool, invalid arguments) in this slice, async results
+  later through the inbox;
+* inline rounds are bounded; nothing is committed until the plan is taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .models.base import ModelReply, ModelRequest
+from .records import (
+    CommitPlan,
+    Input,
+    Message,
+    NewCall,
+    NewInput,
+    NewThread,
+    SliceLoad,
+    ToolCall,
+)
+from .tools import ToolBox, ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class InlineCall:
+    """An inline tool call the runtime must run before the next model round."""
+
+    call: ToolCall
+    spec: ToolSpec
+    args: dict[str, Any]
+    message_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class InlineResult:
+    """What running an :class:`InlineCall` produced."""
+
+    call: ToolCall
+    content: str
+    is_error: bool = False
+    threads: tuple[NewThread, ...] = ()
+    admissions: tuple[NewInput, ...] = ()
+
+
+_PREFIX = {"timer": "[timer]", "event": "[event]"}
+
+
+def input_message(item: Input, seq: int, now: float) -> Message:
+    """The history message an input becomes when a slice consumes it."""
+    if item.kind == "tool_result":
+        return Message(
+            seq=seq,
+            role="tool",
+            content=item.content,
+            tool_call_id=item.call_id,
+            name=item.tool_name,
+            source="tool_result",
+            input_id=item.id,
+            created_at=now,
+        )
+    if item.kind == "report":
+        content = f"[report from thread {item.source}] {item.content}"
+    elif item.kind in _PREFIX:
+        content = f"{_PREFIX[item.kind]} {item.content}"
+    else:
+        content = item.content
+    return Message(seq=seq, role="user", content=content, source=item.kind, input_id=item.id, created_at=now)
+
+
+class Turn:
+    """One slice's evolving commit plan. Create, then follow :attr:`wants_model`."""
+
+    def __init__(
+        self,
+        load: SliceLoad,
+        *,
+        token: str,
+        system: str,
+        tools: ToolBox,
+        max_rounds: int,
+        now: float,
+    ) -> None:
+        self.thread = load.thread
+        self.token = token
+        self.system = system
+        self.tools = tools
+        self.max_rounds = max_rounds
+        self.now = now
+        self.rounds = 0
+        self._view = load.view
+        self._new: list[Message] = []
+        self._calls: list[NewCall] = []
+        self._threads: list[NewThread] = []
+        self._admissions: list[NewInput] = []
+        self._consumed = tuple(item.id for item in load.inputs)
+        self._awaiting = self.thread.awaiting
+        self._errors: list[tuple[ToolCall, str]] = []
+        seq = self.thread.last_seq
+        for item in load.inputs:
+            seq += 1
+            self._new.append(input_message(item, seq, now))
+            if item.kind == "tool_result":
+                self._awaiting = max(0, self._awaiting - 1)
+        self.wants_model = bool(load.inputs) and self._awaiting == 0
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next appended message gets."""
+        return self.thread.last_seq + len(self._new) + 1
+
+    def request(self) -> ModelRequest:
+        """The model request for the next round: system prompt, view, new messages."""
+        return ModelRequest(
+            thread_id=self.thread.id,
+            system=self.system,
+            messages=self._view + tuple(self._new),
+            tools=self.tools.schemas,
+        )
+
+    def on_reply(self, reply: ModelReply) -> list[InlineCall]:
+        """Record the model's reply; return the inline calls to run now.
+
+        Calls to unknown tools or with invalid arguments are answered here with an
+        error result. Async calls go to the outbox and end the slice.
+        """
+        self.rounds += 1
+        seq = self.next_seq
+        self._new.append(
+            Message(
+                seq=seq,
+                role="assistant",
+                content=reply.text,
+                tool_calls=reply.tool_calls,
+                created_at=self.now,
+            )
+        )
+        inline: list[InlineCall] = []
+        errors: list[tuple[ToolCall, str]] = []
+        for call in reply.tool_calls:
+            spec = self.tools.get(call.name)
+            if spec is None:
+                errors.append((call, f"error: unknown tool {call.name!r}"))
+                continue
+            try:
+                args = spec.parse(call.arguments)
+            except ValueError as exc:
+                errors.append((call, f"error: {exc}"))
+                continue
+            if spec.mode == "async":
+                self._calls.append(
+                    NewCall(
+                        call_id=call.id,
+                        tool=spec.name,
+                        arguments=call.arguments,
+                        idempotent=spec.idempotent,
+                    )
+                )
+                self._awaiting += 1
+            else:
+                inline.append(InlineCall(call=call, spec=spec, args=args, message_seq=seq))
+        self._errors = errors
+        self.wants_model = False
+        if not reply.tool_calls:
+            return []
+        if not inline:
+            self._answer([])
+        return inline
+
+    def on_results(self, results: Sequence[InlineResult]) -> None:
+        """Record the inline results (in call order) and decide on another round."""
+        self._answer(results)
+
+    def _answer(self, results: Sequence[InlineResult]) -> None:
+        by_id = {r.call.id: r for r in results}
+        errors = {call.id: text for call, text in self._errors}
+        last = self._new[-1]
+        for call in last.tool_calls:
+            if call.id in by_id:
+                result = by_id[call.id]
+                self._threads.extend(result.threads)
+                self._admissions.extend(result.admissions)
+                self._tool_message(call, result.content)
+            elif call.id in errors:
+                self._tool_message(call, errors[call.id])
+        self._errors = []
+        answered_here = bool(by_id) or bool(errors)
+        self.wants_model = answered_here and self._awaiting == 0 and self.rounds < self.max_rounds
+
+    def _tool_message(self, call: ToolCall, content: str) -> None:
+        self._new.append(
+            Message(
+                seq=self.next_seq,
+                role="tool",
+                content=content,
+                tool_call_id=call.id,
+                name=call.name,
+                source="inline",
+                created_at=self.now,
+            )
+        )
+
+    def plan(self) -> CommitPlan:
+        """The frozen plan to commit; the turn must not be used afterwards."""
+        return CommitPlan(
+            thread_id=self.thread.id,
+            token=self.token,
+            consumed=self._consumed,
+            messages=tuple(self._new),
+            calls=tuple(self._calls),
+            threads=tuple(self._threads),
+            admissions=tuple(self._admissions),
+            awaiting=self._awaiting,
+        )

@@ -1,0 +1,154 @@
+"""The store protocol: the domain operations every backend implements.
+
+Every method is a domain operation (admit, claim, load, commit, ...), never
+generic CRUD; each backend owns its SQL. The contract suite in
+``tests/contract`` runs against every implementation. All methods raise
+:class:`~dormant.errors.StoreError` (or a subclass) when the store fails, and
+nothing is acknowledged before it is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..records import (
+    Admission,
+    Claim,
+    CommitPlan,
+    Message,
+    NewInput,
+    OutboxEntry,
+    OutboxOutcome,
+    Page,
+    SliceLoad,
+    StoreStatus,
+    Thread,
+    ViewLimits,
+)
+
+#: Largest page any paged read returns, whatever the caller asks for.
+MAX_PAGE = 1000
+
+
+class Store(Protocol):
+    """A durable home for threads, inputs, messages and the outbox."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Create or migrate the schema; refuse a newer schema with SchemaError."""
+        ...
+
+    async def close(self) -> None:
+        """Flush pending writes and release connections."""
+        ...
+
+    async def create_thread(self, thread_id: str, agent: str) -> Thread:
+        """Create a thread if it does not exist; return the stored row either way."""
+        ...
+
+    async def get_thread(self, thread_id: str) -> Thread:
+        """The thread's row; NotFound if it does not exist."""
+        ...
+
+    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
+        """Admit inputs durably; a known ``(thread_id, dedup_key)`` changes nothing.
+
+        A missing thread is created when ``item.agent`` is set, else NotFound.
+        The whole batch commits or none of it does.
+        """
+        ...
+
+    async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
+        """Lease up to ``limit`` threads with ready input, best key first."""
+        ...
+
+    async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
+        """The claimed thread's row, bounded view and ready inputs (admission order)."""
+        ...
+
+    async def commit_slice(self, plan: CommitPlan) -> None:
+        """Apply a slice's plan in one transaction and release the lease.
+
+        Raises LeaseLost (and changes nothing) when the lease is no longer held.
+        """
+        ...
+
+    async def release(
+        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+    ) -> None:
+        """Give a lease back without a commit (the slice failed).
+
+        The thread is not claimable before ``retry_at``; with ``error`` its failure
+        count grows; with ``fail`` it is marked failed until retried.
+        """
+        ...
+
+    async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
+        """Extend the leases still held; the ones missing from the answer were lost."""
+        ...
+
+    async def retry_thread(self, thread_id: str) -> Thread:
+        """Make a failed thread active again (failure count reset)."""
+        ...
+
+    async def claim_outbox(self, worker: str, limit: int, lease_s: float) -> list[OutboxEntry]:
+        """Lease up to ``limit`` due outbox entries.
+
+        First reconciles entries whose running lease expired: idempotent ones
+        become pending again, the others ``unknown`` with an outcome-unknown
+        result admitted to their thread.
+        """
+        ...
+
+    async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
+        """Record dispatcher outcomes; ``done``/``dead`` admit the result in the same
+        transaction. Answers, per outcome, whether its lease was still held."""
+        ...
+
+    async def history(
+        self,
+        thread_id: str,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+    ) -> Page[Message]:
+        """One page of a thread's own messages, from ``cursor`` on."""
+        ...
+
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
+        """One page of threads ordered by id."""
+        ...
+
+    async def list_outbox(
+        self, *, status: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> Page[OutboxEntry]:
+        """One page of outbox entries (optionally of one status) ordered by id."""
+        ...
+
+    async def has_work(self) -> bool:
+        """Whether any input is ready now, any slice is leased or any call is open."""
+        ...
+
+    async def status(self) -> StoreStatus:
+        """Counts of threads, backlog, outbox and sizes."""
+        ...
+
+
+def clamp_limit(limit: int) -> int:
+    """A page size in 1..MAX_PAGE."""
+    return max(1, min(int(limit), MAX_PAGE))
+
+
+def seq_cursor(cursor: str | None, *, default: int) -> int:
+    """Parse a message cursor (a seq number) or raise UsageError."""
+    from ..errors import UsageError
+
+    if cursor is None or cursor == "":
+        return default
+    try:
+        return int(cursor)
+    except ValueError:
+        raise UsageError(f"bad cursor {cursor!r}") from None

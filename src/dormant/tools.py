@@ -1,0 +1,223 @@
+"""Tools: typed Python functions the model may call.
+
+``@tool`` turns a typed function (sync or async) into a :class:`ToolSpec`; the
+JSON schema the model sees and the argument validation both come from the
+signature, through pydantic. A tool runs either **inline** (inside the slice,
+for fast side-effect-free or idempotent work; the model sees the result in the
+same slice) or **async** (written to the outbox, run by the dispatcher, its
+result admitted later as an input).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_type_hints
+
+import msgspec
+import pydantic
+
+from .errors import UsageError
+from .records import NewInput, NewThread
+
+ToolMode = Literal["inline", "async"]
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a running tool may know and do.
+
+    ``call_id`` is the idempotency key of the call: a tool with side effects should
+    use it so that a re-run (after a crash, for idempotent tools) does the effect
+    once. Inline tools may record effects (child threads, admissions) that commit
+    with the slice, atomically.
+    """
+
+    thread_id: str
+    call_id: str
+    agent: str
+    attempt: int = 1
+    message_seq: int = 0  # seq of the assistant message that made the call (inline only)
+    parent_id: str | None = None
+    now: float = 0.0
+    agents: frozenset[str] = frozenset()
+    threads: list[NewThread] = field(default_factory=list)
+    admissions: list[NewInput] = field(default_factory=list)
+    inline: bool = True
+
+    def spawn(self, child: NewThread) -> None:
+        """Create a child thread when the slice commits (inline tools only)."""
+        self._require_inline("spawn a thread")
+        self.threads.append(child)
+
+    def admit(self, item: NewInput) -> None:
+        """Admit an input when the slice commits (inline tools only)."""
+        self._require_inline("admit an input")
+        self.admissions.append(item)
+
+    def _require_inline(self, what: str) -> None:
+        if not self.inline:
+            raise UsageError(f"only inline tools can {what} from a slice")
+
+
+ToolFn = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the runtime knows it: schema, mode, options and the function."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: ToolFn
+    mode: ToolMode = "inline"
+    idempotent: bool = False
+    timeout: float = 30.0
+    context_param: str | None = None
+    validator: type[pydantic.BaseModel] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema of the tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def parse(self, arguments: str) -> dict[str, Any]:
+        """Validate raw JSON ``arguments``; raise ``ValueError`` with a readable reason."""
+        try:
+            raw = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ValueError("arguments must be a JSON object")
+        if self.validator is None:
+            return raw
+        try:
+            model = self.validator.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ValueError(f"invalid arguments: {problems}") from None
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Run the function (sync functions in a worker thread) and return its text."""
+        kwargs = dict(args)
+        if self.context_param:
+            kwargs[self.context_param] = ctx
+        if inspect.iscoroutinefunction(self.fn):
+            result = await self.fn(**kwargs)
+        else:
+            result = await asyncio.to_thread(self.fn, **kwargs)
+        return result_text(result)
+
+
+def result_text(result: Any) -> str:
+    """A tool's return value as the text the model sees (JSON for non-strings)."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, pydantic.BaseModel):
+        return result.model_dump_json()
+    return msgspec.json.encode(result).decode()
+
+
+def tool(
+    fn: ToolFn | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: ToolMode = "inline",
+    idempotent: bool = False,
+    timeout: float = 30.0,
+) -> Any:
+    """Declare a tool from a typed function. Usable bare (``@tool``) or with options.
+
+    A parameter annotated :class:`ToolContext` receives the call's context and is
+    not part of the schema. Raises :class:`UsageError` for an untyped parameter.
+    """
+
+    def wrap(f: ToolFn) -> ToolSpec:
+        return make_tool(
+            f,
+            name=name,
+            description=description,
+            mode=mode,
+            idempotent=idempotent,
+            timeout=timeout,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def make_tool(
+    f: ToolFn,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: ToolMode = "inline",
+    idempotent: bool = False,
+    timeout: float = 30.0,
+) -> ToolSpec:
+    """The non-decorator form of :func:`tool`."""
+    if mode not in ("inline", "async"):
+        raise UsageError(f"tool mode must be 'inline' or 'async', not {mode!r}")
+    if timeout <= 0:
+        raise UsageError("tool timeout must be positive")
+    tool_name = name or f.__name__
+    hints = get_type_hints(f)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for param in inspect.signature(f).parameters.values():
+        annotation = hints.get(param.name, inspect.Parameter.empty)
+        if annotation is ToolContext:
+            context_param = param.name
+            continue
+        if annotation is inspect.Parameter.empty:
+            raise UsageError(f"tool {tool_name!r}: parameter {param.name!r} needs a type")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    validator = pydantic.create_model(f"{tool_name}_args", **fields)
+    schema = validator.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return ToolSpec(
+        name=tool_name,
+        description=(description or inspect.getdoc(f) or tool_name).strip(),
+        parameters=schema,
+        fn=f,
+        mode=mode,
+        idempotent=idempotent,
+        timeout=timeout,
+        context_param=context_param,
+        validator=validator,
+    )
+
+
+class ToolBox:
+    """The tools of one agent, by name."""
+
+    def __init__(self, tools: Sequence[ToolSpec]) -> None:
+        self._by_name: dict[str, ToolSpec] = {}
+        for spec in tools:
+            if spec.name in self._by_name:
+                raise UsageError(f"two tools are named {spec.name!r}")
+            self._by_name[spec.name] = spec
+        self.schemas: tuple[dict[str, Any], ...] = tuple(t.schema() for t in tools)
+
+    def get(self, name: str) -> ToolSpec | None:
+        """The tool called ``name``, or None."""
+        return self._by_name.get(name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
