@@ -1,0 +1,1 @@
+"""Benchmarks shipped with the package (``dormant bench ...``); not part of ``make test``."""
