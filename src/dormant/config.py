@@ -31,6 +31,9 @@ class Settings(BaseModel):
     max_input_bytes: int = Field(1024 * 1024, ge=1024, description="largest input accepted")
     view_messages: int = Field(64, ge=1, le=10_000, description="messages in a view at most")
     view_bytes: int = Field(256 * 1024, ge=1024, description="bytes of history in a view at most")
+    view_cache_bytes: int = Field(
+        32 * 1024 * 1024, ge=0, description="RAM for cached views (0 disables the cache)"
+    )
     model_timeout_s: float = Field(120.0, gt=0, description="timeout of one model call")
     model_retries: int = Field(5, ge=0, le=100, description="slice failures before a thread fails")
     tool_attempts: int = Field(5, ge=1, le=100, description="attempts of a retryable async tool")

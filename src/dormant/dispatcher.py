@@ -152,7 +152,8 @@ class Dispatcher:
             inline=False,
         )
         try:
-            content = await asyncio.wait_for(spec.invoke(args, ctx), spec.timeout)
+            async with asyncio.timeout(spec.timeout):
+                content = await spec.invoke(args, ctx)
         except ToolError as exc:
             if exc.retryable:
                 return self._retry(entry, f"{exc}")

@@ -27,7 +27,8 @@ InputKind = Literal["user", "tool_result", "timer", "event", "report"]
 INPUT_KINDS: frozenset[str] = frozenset({"user", "tool_result", "timer", "event", "report"})
 Role = Literal["user", "assistant", "tool"]
 ThreadStatus = Literal["active", "failed"]
-OutboxStatus = Literal["pending", "running", "done", "dead", "unknown"]
+#: A completed call leaves the outbox (its result is in the history); dead and unknown stay.
+OutboxStatus = Literal["pending", "running", "dead", "unknown"]
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):

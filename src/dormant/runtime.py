@@ -22,7 +22,7 @@ from typing import Any
 from .agent import Agent
 from .config import Settings
 from .dispatcher import Dispatcher, backoff
-from .errors import DormantError, LeaseLost, ModelError, UsageError
+from .errors import DormantError, InvalidInput, LeaseLost, ModelError, UsageError
 from .metrics import RuntimeStats
 from .models.base import collect
 from .records import (
@@ -67,6 +67,7 @@ class Runtime:
             options: dict[str, Any] = {"max_input_bytes": self.settings.max_input_bytes}
             if store.startswith("sqlite://"):
                 options["synchronous"] = self.settings.synchronous
+                options["view_cache_bytes"] = self.settings.view_cache_bytes
             store = open_store(store, **options)
         self.store: Store = store
         self.agents: dict[str, Agent] = {}
@@ -105,6 +106,7 @@ class Runtime:
             on_result=self.scheduler.wake.set,
         )
         self._stop: asyncio.Event | None = None
+        self._stop_requested = False
         self._opened = False
 
     # -- lifecycle -------------------------------------------------------------------
@@ -132,7 +134,11 @@ class Runtime:
         await self.close()
 
     def stop(self) -> None:
-        """Ask :meth:`run` to stop claiming work; running slices finish."""
+        """Ask :meth:`run` to stop claiming work; running slices finish.
+
+        Called before :meth:`run` has started, it makes the next run return at once.
+        """
+        self._stop_requested = True
         if self._stop is not None:
             self._stop.set()
 
@@ -142,10 +148,13 @@ class Runtime:
         if self._stop is not None and not self._stop.is_set():
             raise UsageError("this runtime is already running")
         self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
         try:
             await asyncio.gather(self.scheduler.run(self._stop), self.dispatcher.run(self._stop))
         finally:
             self._stop.set()
+            self._stop_requested = False
 
     async def run_until_idle(self, timeout: float | None = None) -> None:
         """Run until no input is ready, no slice runs and no tool call is open.
@@ -199,10 +208,30 @@ class Runtime:
         return admission
 
     async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
-        """Admit inputs of any kind durably; see :meth:`Store.admit`."""
+        """Admit inputs durably; see :meth:`Store.admit`.
+
+        Tool results are refused (:class:`InvalidInput`): they answer a call in the
+        outbox, through the dispatcher or :meth:`post_tool_result`, so a stray result
+        can never land without its call.
+        """
+        for item in items:
+            if item.kind == "tool_result":
+                raise InvalidInput("post tool results with post_tool_result(), not admit()")
         admissions = await self.store.admit(items)
         self.scheduler.wake.set()
         return admissions
+
+    async def post_tool_result(
+        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+    ) -> Admission:
+        """Answer an open async tool call from outside (e.g. a webhook); the first answer wins.
+
+        Returns once the result is durable; a repeat (or an answer to a call the
+        dispatcher already answered) returns ``duplicate=True``; an unknown call raises NotFound. See :meth:`Store.complete_call`.
+        """
+        admission = await self.store.complete_call(thread_id, call_id, content, is_error=is_error)
+        self.scheduler.wake.set()
+        return admission
 
     async def history(
         self, thread_id: str, *, cursor: str | None = None, limit: int = 50, newest_first: bool = False

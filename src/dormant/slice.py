@@ -57,6 +57,17 @@ class InlineResult:
 _PREFIX = {"timer": "[timer]", "event": "[event]"}
 
 
+def call_id(model_id: str, seq: int, index: int) -> str:
+    """The id a tool call is stored under: the model's id made unique in the thread.
+
+    Models may reuse ids across replies (some servers number calls ``call_0`` in
+    every reply); the call id is the dedup key of the result and the tool's
+    idempotency key, so it must never repeat. The assistant message's seq and the
+    call's index make it unique; the model sees these ids in its history.
+    """
+    return f"{model_id}.{seq}.{index}"
+
+
 def input_message(item: Input, seq: int, now: float) -> Message:
     """The history message an input becomes when a slice consumes it."""
     if item.kind == "tool_result":
@@ -137,18 +148,16 @@ class Turn:
         """
         self.rounds += 1
         seq = self.next_seq
+        calls = tuple(
+            ToolCall(id=call_id(call.id, seq, index), name=call.name, arguments=call.arguments)
+            for index, call in enumerate(reply.tool_calls)
+        )
         self._new.append(
-            Message(
-                seq=seq,
-                role="assistant",
-                content=reply.text,
-                tool_calls=reply.tool_calls,
-                created_at=self.now,
-            )
+            Message(seq=seq, role="assistant", content=reply.text, tool_calls=calls, created_at=self.now)
         )
         inline: list[InlineCall] = []
         errors: list[tuple[ToolCall, str]] = []
-        for call in reply.tool_calls:
+        for call in calls:
             spec = self.tools.get(call.name)
             if spec is None:
                 errors.append((call, f"error: unknown tool {call.name!r}"))

@@ -15,7 +15,7 @@ import inspect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, get_type_hints, overload
 
 import msgspec
 import pydantic
@@ -93,22 +93,22 @@ class ToolSpec:
 
     def parse(self, arguments: str) -> dict[str, Any]:
         """Validate raw JSON ``arguments``; raise ``ValueError`` with a readable reason."""
-        try:
-            raw = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"arguments are not valid JSON: {exc}") from None
-        if not isinstance(raw, dict):
-            raise ValueError("arguments must be a JSON object")
         if self.validator is None:
+            try:
+                raw = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"arguments are not valid JSON: {exc}") from None
+            if not isinstance(raw, dict):
+                raise ValueError("arguments must be a JSON object")
             return raw
         try:
-            model = self.validator.model_validate(raw)
+            model = self.validator.model_validate_json(arguments if arguments.strip() else "{}")
         except pydantic.ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
             )
             raise ValueError(f"invalid arguments: {problems}") from None
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        return dict(model)
 
     async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> str:
         """Run the function (sync functions in a worker thread) and return its text."""
@@ -131,6 +131,30 @@ def result_text(result: Any) -> str:
     return msgspec.json.encode(result).decode()
 
 
+@overload
+def tool(
+    fn: ToolFn,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: ToolMode = "inline",
+    idempotent: bool = False,
+    timeout: float = 30.0,
+) -> ToolSpec: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: ToolMode = "inline",
+    idempotent: bool = False,
+    timeout: float = 30.0,
+) -> Callable[[ToolFn], ToolSpec]: ...
+
+
 def tool(
     fn: ToolFn | None = None,
     *,
@@ -139,7 +163,7 @@ def tool(
     mode: ToolMode = "inline",
     idempotent: bool = False,
     timeout: float = 30.0,
-) -> Any:
+) -> ToolSpec | Callable[[ToolFn], ToolSpec]:
     """Declare a tool from a typed function. Usable bare (``@tool``) or with options.
 
     A parameter annotated :class:`ToolContext` receives the call's context and is

@@ -1,7 +1,129 @@
-"""``dormant bench`` commands."""
+"""``dormant bench`` commands: ``scale`` and ``plot``."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .plot import plot_runs
+from .scale import load_summary
 
 bench_app = typer.Typer(help="Benchmarks that print figures and write CSV/JSON/PNG.", no_args_is_help=True)
+console = Console()
+
+STORES = ("sqlite", "memory", "postgres")
+SHOWN = (
+    "turns_per_s",
+    "completions_per_s",
+    "rss_start_bytes",
+    "rss_end_bytes",
+    "rss_slope_kib_per_agent",
+    "db_bytes_per_agent",
+    "raw_bytes_per_agent",
+    "slice_p50_ms",
+    "slice_p95_ms",
+    "slice_p99_ms",
+    "turn_latency_first_ms",
+    "turn_latency_last_ms",
+)
+
+
+def _run_one(kind: str, params: dict[str, object], out: Path) -> dict[str, object]:
+    """Run one store in a fresh process (so stores never share a heap) with a progress bar."""
+    payload = json.dumps({"kind": kind, "out": str(out), **params})
+    cmd = [sys.executable, "-m", "dormant.bench.scale", payload]
+    with Progress(
+        TextColumn(f"[bold]{kind}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("turns"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task(kind, total=None)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            parts = line.split()
+            if parts[:1] == ["progress"] and len(parts) == 3:
+                progress.update(task, completed=int(parts[1]), total=int(parts[2]))
+        code = proc.wait()
+    if code != 0:
+        console.print(f"[red]error:[/] the {kind} run failed (exit {code})")
+        raise typer.Exit(1)
+    return load_summary(out / "summary.json")
+
+
+def _table(summaries: list[dict[str, object]]) -> Table:
+    table = Table(title="agent_scale")
+    table.add_column("figure")
+    for s in summaries:
+        table.add_column(str(s["store"]), justify="right")
+    for key in SHOWN:
+        table.add_row(key, *(f"{s.get(key, '')}" for s in summaries))
+    return table
+
+
+@bench_app.command("scale")
+def scale(
+    store: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="store(s) to run: sqlite, memory, postgres (repeat to compare)", envvar="DORMANT_BENCH_STORE"
+        ),
+    ] = None,
+    agents: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_AGENTS")] = 10_000,
+    turns: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_TURNS")] = 20,
+    wave: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_WAVE")] = 500,
+    concurrency: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CONCURRENCY")] = 256,
+    view_messages: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_VIEW_MESSAGES")] = 64,
+    view_bytes: Annotated[int, typer.Option(min=1024, envvar="DORMANT_BENCH_VIEW_BYTES")] = 256 * 1024,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/scale"),
+) -> None:
+    """The agent_scale workload: RSS against agents, turns per second.
+
+    One store writes ``OUT/summary.json``, ``OUT/waves.csv`` and ``OUT/rss.png``;
+    several write ``OUT/<store>/...`` and one chart ``OUT/rss.png`` with a line each.
+    """
+    kinds = store or ["sqlite"]
+    for kind in kinds:
+        if kind not in STORES:
+            console.print(f"[red]error:[/] unknown store {kind!r}: choose from {', '.join(STORES)}")
+            raise typer.Exit(2)
+    params: dict[str, object] = {
+        "agents": agents,
+        "turns": turns,
+        "wave": wave,
+        "concurrency": concurrency,
+        "view_messages": view_messages,
+        "view_bytes": view_bytes,
+    }
+    dirs = [out] if len(kinds) == 1 else [out / kind for kind in kinds]
+    summaries = [_run_one(kind, params, d) for kind, d in zip(kinds, dirs, strict=True)]
+    chart = plot_runs(dirs, out / "rss.png")
+    console.print(_table(summaries))
+    console.print(f"wrote {', '.join(str(d / 'summary.json') for d in dirs)} and {chart}")
+
+
+@bench_app.command("plot")
+def plot(
+    runs: Annotated[list[Path], typer.Argument(help="output directories of `dormant bench scale`")],
+    out: Annotated[Path, typer.Option(help="PNG to write", envvar="DORMANT_BENCH_PLOT_OUT")] = Path(
+        "bench-out/rss.png"
+    ),
+) -> None:
+    """Merge several `bench scale` runs into one RSS-against-agents chart."""
+    try:
+        chart = plot_runs(runs, out)
+    except FileNotFoundError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"wrote {chart}")

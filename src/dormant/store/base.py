@@ -102,6 +102,18 @@ class Store(Protocol):
         """
         ...
 
+    async def complete_call(
+        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+    ) -> Admission:
+        """Answer an open async call from outside the dispatcher (a webhook, say).
+
+        The call leaves the outbox and its result is admitted (dedup key = call id)
+        in one transaction; the first answer wins. Answering an answered call again
+        returns the existing admission with ``duplicate=True``; a call that is not
+        in the outbox raises NotFound; an oversized result, InvalidInput.
+        """
+        ...
+
     async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
         """Record dispatcher outcomes; ``done``/``dead`` admit the result in the same
         transaction. Answers, per outcome, whether its lease was still held."""

@@ -121,9 +121,12 @@ class MemoryStore:
     async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
         """Admit inputs; all or nothing."""
         inbox.validate(items, self.max_input_bytes)
+        created: set[str] = set()  # an earlier item of the batch may create the thread
         for item in items:
-            if item.thread_id not in self._threads and not item.agent:
-                raise NotFound(f"no thread {item.thread_id!r} (pass an agent to create it)")
+            if item.thread_id not in self._threads and item.thread_id not in created:
+                if not item.agent:
+                    raise NotFound(f"no thread {item.thread_id!r} (pass an agent to create it)")
+                created.add(item.thread_id)
         now = self.clock()
         return [self._admit_one(item, now) for item in items]
 
@@ -230,6 +233,8 @@ class MemoryStore:
         if row.lease_token != plan.token:
             raise LeaseLost(f"lease on thread {plan.thread_id!r} was lost before commit")
         inbox.validate(plan.admissions, self.max_input_bytes)
+        if len(set(plan.consumed)) != len(plan.consumed):
+            raise StoreError(f"a plan of {plan.thread_id!r} consumes an input twice")
         for input_id in plan.consumed:
             if input_id not in row.pending:
                 raise StoreError(f"input {input_id} of {plan.thread_id!r} is not pending")
@@ -238,16 +243,21 @@ class MemoryStore:
             if message.seq != expected:
                 raise StoreError(f"message seq {message.seq} breaks the order of {plan.thread_id!r}")
             expected += 1
+        created: set[str] = set()
         for child in plan.threads:
-            if child.id in self._threads:
+            if child.id in self._threads or child.id in created:
                 raise StoreError(f"thread {child.id!r} already exists")
+            created.add(child.id)
+        if len({c.call_id for c in plan.calls}) != len(plan.calls):
+            raise StoreError(f"a plan of {plan.thread_id!r} has two calls with one id")
         for call in plan.calls:
             if (plan.thread_id, call.call_id) in self._call_ids:
                 raise StoreError(f"call {call.call_id!r} is already in the outbox")
         for item in plan.admissions:
-            known = item.thread_id in self._threads or any(c.id == item.thread_id for c in plan.threads)
-            if not known and not item.agent:
-                raise NotFound(f"no thread {item.thread_id!r}")
+            if item.thread_id not in self._threads and item.thread_id not in created:
+                if not item.agent:
+                    raise NotFound(f"no thread {item.thread_id!r}")
+                created.add(item.thread_id)
         now = self.clock()
         consumed = set(plan.consumed)
         row.pending = [i for i in row.pending if i not in consumed]
@@ -378,6 +388,46 @@ class MemoryStore:
             now,
         )
 
+    async def complete_call(
+        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+    ) -> Admission:
+        """Answer an open call from outside; see :meth:`Store.complete_call`."""
+        inbox.validate(
+            [
+                NewInput(
+                    thread_id=thread_id,
+                    kind="tool_result",
+                    dedup_key=call_id,
+                    content=content,
+                    call_id=call_id,
+                )
+            ],
+            self.max_input_bytes,
+        )
+        known = self._dedup.get((thread_id, call_id))
+        if known is not None:
+            return Admission(input_id=known, thread_id=thread_id, dedup_key=call_id, duplicate=True)
+        entry_id = next(
+            (
+                i
+                for i in self._open_calls
+                if self._outbox[i].entry.thread_id == thread_id and self._outbox[i].entry.call_id == call_id
+            ),
+            None,
+        )
+        if entry_id is None:
+            raise NotFound(f"thread {thread_id!r} has no open call {call_id!r}")
+        entry = self._outbox.pop(entry_id).entry
+        self._open_calls.discard(entry_id)
+        self._call_ids.discard((thread_id, call_id))
+        self._admit_result(entry, content, is_error, self.clock())
+        return Admission(
+            input_id=self._dedup[(thread_id, call_id)],
+            thread_id=thread_id,
+            dedup_key=call_id,
+            duplicate=False,
+        )
+
     async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
         """Record outcomes; done/dead admit the tool result."""
         for outcome in outcomes:
@@ -398,9 +448,15 @@ class MemoryStore:
                 call.available_at = o.retry_at
                 call.lease_expires = 0.0
                 continue
-            call.entry = msgspec.structs.replace(call.entry, status=o.kind, token=None, last_error=o.error)
             self._open_calls.discard(o.entry_id)
             self._admit_result(call.entry, o.content, o.is_error, now)
+            if o.kind == "done":  # completed calls leave the outbox; dead ones stay visible
+                del self._outbox[o.entry_id]
+                self._call_ids.discard((call.entry.thread_id, call.entry.call_id))
+            else:
+                call.entry = msgspec.structs.replace(
+                    call.entry, status="dead", token=None, last_error=o.error
+                )
         return held
 
     # -- reads -----------------------------------------------------------------------
@@ -418,7 +474,7 @@ class MemoryStore:
         limit = clamp_limit(limit)
         messages = self._messages[thread_id]
         if newest_first:
-            before = min(seq_cursor(cursor, default=len(messages) + 1), len(messages) + 1)
+            before = max(1, min(seq_cursor(cursor, default=len(messages) + 1), len(messages) + 1))
             start = max(0, before - 1 - limit)
             items = tuple(messages[start : before - 1][::-1])
             more = start > 0

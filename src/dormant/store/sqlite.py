@@ -30,7 +30,7 @@ import apsw
 import msgspec
 
 from .. import inbox
-from ..context import build_view
+from ..context import ViewCache, build_view
 from ..errors import (
     DormantError,
     LeaseLost,
@@ -91,24 +91,32 @@ REFRESH_READY = """
 UPDATE threads SET
   ready_key = CASE WHEN status = 'active' THEN (
       SELECT MIN(i.sort_key) FROM inputs i
-      WHERE i.thread_id = threads.id AND i.consumed_at IS NULL
-        AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END,
+      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END,
   ready_at = CASE WHEN status = 'active' THEN (
       SELECT MIN(i.not_before) FROM inputs i
-      WHERE i.thread_id = threads.id AND i.consumed_at IS NULL
-        AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END
+      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END
 WHERE id = ?
 """
-CLAIM_CANDIDATES = """
-SELECT id FROM threads
-WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
-ORDER BY ready_key LIMIT :limit
+CLAIM_THREADS = """
+UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = :expires
+WHERE id IN (
+    SELECT id FROM threads
+    WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
+    ORDER BY ready_key LIMIT :limit)
+RETURNING id
+"""
+CLAIM_OUTBOX = f"""
+UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = :token,
+                  lease_owner = :worker, lease_expires = :expires
+WHERE id IN (
+    SELECT id FROM outbox WHERE status = 'pending' AND available_at <= :now
+    ORDER BY available_at LIMIT :limit)
+RETURNING {OUTBOX_COLS}
 """
 INSERT_INPUT = """
 INSERT INTO inputs (thread_id, dedup_key, kind, priority, not_before, admitted_at, sort_key,
                     content, call_id, tool_name, is_error, source)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (thread_id, dedup_key) DO NOTHING
 RETURNING id
 """
 INSERT_MESSAGE = """
@@ -120,6 +128,24 @@ INSERT_CALL = """
 INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
                     created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+# Release a committed slice's lease and recompute readiness with the new awaiting count
+# (:awaiting, not the column: SET expressions see the row's old values).
+FINISH_SLICE = """
+UPDATE threads SET
+  last_seq = coalesce(:last_seq, last_seq), awaiting = :awaiting, failures = 0, error = NULL,
+  lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = :now,
+  ready_key = (SELECT MIN(i.sort_key) FROM inputs i
+               WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result')),
+  ready_at = (SELECT MIN(i.not_before) FROM inputs i
+              WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result'))
+WHERE id = :id AND lease_token = :token AND (:first_seq IS NULL OR last_seq = :first_seq - 1)
+RETURNING agent
+"""
+MARK_READY = """
+UPDATE threads SET ready_key = min(coalesce(ready_key, ?1), ?1),
+                   ready_at = min(coalesce(ready_at, ?2), ?2)
+WHERE id = ?3 AND status = 'active' AND (awaiting = 0 OR ?4 = 'tool_result')
 """
 
 
@@ -140,12 +166,11 @@ def translate(exc: BaseException) -> BaseException:
 
 
 def _path_from_url(url: str) -> str:
-    if not url.startswith("sqlite://"):
+    """The file of a SQLite URL: ``sqlite:///rel.db`` is relative, ``sqlite:////abs.db`` absolute."""
+    if not url.startswith("sqlite:///"):
         raise UsageError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/file.db)")
-    path = url[len("sqlite://") :]
-    if path.startswith("/") and not path.startswith("//"):
-        path = path[1:] if path.startswith("/./") else path
-    if not path or path == "/":
+    path = url[len("sqlite:///") :]
+    if not path or path.endswith("/"):
         raise UsageError(f"SQLite URL has no file path: {url!r}")
     return path
 
@@ -223,6 +248,8 @@ class SQLiteStore:
         *,
         synchronous: str = "NORMAL",
         busy_timeout_ms: int = 5000,
+        page_size: int = 16384,
+        view_cache_bytes: int = 32 * 1024 * 1024,
         max_input_bytes: int = inbox.DEFAULT_MAX_INPUT_BYTES,
         batch_jobs: int = 512,
         batch_bytes: int = 8 * 1024 * 1024,
@@ -236,6 +263,8 @@ class SQLiteStore:
         self.path = _path_from_url(url)
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
+        self.page_size = page_size
+        self.views = ViewCache(view_cache_bytes)
         self.max_input_bytes = max_input_bytes
         self.batch_jobs = batch_jobs
         self.batch_bytes = batch_bytes
@@ -258,6 +287,8 @@ class SQLiteStore:
         try:
             conn = apsw.Connection(self.path)
             conn.setbusytimeout(self.busy_timeout_ms)
+            # only takes effect on a new file, and only before WAL mode is set
+            conn.execute(f"PRAGMA page_size={self.page_size}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -308,6 +339,12 @@ class SQLiteStore:
                         if target > version:
                             conn.execute(sql)
                             conn.execute("UPDATE schema_version SET version = ?", (target,))
+                            version = target
+                    if version != SCHEMA_VERSION:
+                        raise SchemaError(
+                            f"database schema version {version} of {self.path!r} has no migration "
+                            f"to version {SCHEMA_VERSION}"
+                        )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -362,7 +399,11 @@ class SQLiteStore:
                 batch.append(item)
                 size += item[2]
             self._queued_bytes -= size
-            results = await loop.run_in_executor(self._executor, self._apply, [b[0] for b in batch])
+            results = (
+                self._apply([b[0] for b in batch])
+                if os.environ.get("INLINE")
+                else await loop.run_in_executor(self._executor, self._apply, [b[0] for b in batch])
+            )
             for (_, future, _), (ok, value) in zip(batch, results, strict=True):
                 if future.done():
                     continue
@@ -372,7 +413,37 @@ class SQLiteStore:
                     future.set_exception(value)
 
     def _apply(self, jobs: list[Job]) -> list[tuple[bool, Any]]:
-        """Run ``jobs`` in one transaction, one savepoint each (writer thread)."""
+        """Run ``jobs`` in one transaction (writer thread).
+
+        Fast path: all jobs back to back, one COMMIT. If any job raises, the whole
+        transaction is rolled back and the batch re-run with one savepoint per job,
+        so a failing job takes only its own changes with it.
+        """
+        conn = self._writer
+        assert conn is not None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except apsw.Error as exc:
+            err = translate(exc)
+            return [(False, err)] * len(jobs)
+        try:
+            values = [job(conn) for job in jobs]
+        except BaseException:  # re-run carefully below
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return self._apply_careful(jobs)
+        try:
+            conn.execute("COMMIT")
+        except apsw.Error as exc:
+            err = translate(exc)
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return [(False, err)] * len(jobs)
+        self.commits += 1
+        return [(True, value) for value in values]
+
+    def _apply_careful(self, jobs: list[Job]) -> list[tuple[bool, Any]]:
+        """Run ``jobs`` in one transaction, one savepoint each."""
         conn = self._writer
         assert conn is not None
         try:
@@ -473,51 +544,51 @@ class SQLiteStore:
         return result
 
     def _admit_one(self, conn: Conn, item: NewInput, now: float) -> Admission:
-        row = conn.execute("SELECT awaiting, status FROM threads WHERE id = ?", (item.thread_id,)).fetchone()
-        if row is None:
-            if not item.agent:
-                raise NotFound(f"no thread {item.thread_id!r} (pass an agent to create it)")
+        if item.agent:
             conn.execute(
-                "INSERT INTO threads (id, agent, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO threads (id, agent, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO NOTHING",
                 (item.thread_id, item.agent, now, now),
             )
-            row = (0, "active")
-        key = inbox.sort_key(item, now)
-        got = conn.execute(
-            INSERT_INPUT,
-            (
-                item.thread_id,
-                item.dedup_key,
-                item.kind,
-                int(item.priority),
-                item.not_before,
-                now,
-                key,
-                item.content,
-                item.call_id,
-                item.tool_name,
-                int(item.is_error),
-                item.source,
-            ),
+        known = conn.execute(
+            "SELECT input_id FROM input_keys WHERE thread_id = ? AND dedup_key = ?",
+            (item.thread_id, item.dedup_key),
         ).fetchone()
-        if got is None:
-            existing = conn.execute(
-                "SELECT id FROM inputs WHERE thread_id = ? AND dedup_key = ?",
-                (item.thread_id, item.dedup_key),
-            ).fetchone()
+        if known is not None:
             return Admission(
-                input_id=existing[0],
-                thread_id=item.thread_id,
-                dedup_key=item.dedup_key,
-                duplicate=True,
+                input_id=known[0], thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=True
             )
-        if row[1] == "active" and inbox.consumable(item.kind, row[0]):
-            conn.execute(
-                "UPDATE threads SET ready_key = min(coalesce(ready_key, ?1), ?1), "
-                "ready_at = min(coalesce(ready_at, ?2), ?2) WHERE id = ?3",
-                (key, item.not_before, item.thread_id),
-            )
-        return Admission(input_id=got[0], thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=False)
+        key = inbox.sort_key(item, now)
+        try:
+            input_id = conn.execute(
+                INSERT_INPUT,
+                (
+                    item.thread_id,
+                    item.dedup_key,
+                    item.kind,
+                    int(item.priority),
+                    item.not_before,
+                    now,
+                    key,
+                    item.content,
+                    item.call_id,
+                    item.tool_name,
+                    int(item.is_error),
+                    item.source,
+                ),
+            ).fetchone()[0]
+        except apsw.ConstraintError as exc:
+            if "FOREIGN KEY" in str(exc):
+                raise NotFound(f"no thread {item.thread_id!r} (pass an agent to create it)") from None
+            raise
+        conn.execute(
+            "INSERT INTO input_keys (thread_id, dedup_key, input_id) VALUES (?, ?, ?)",
+            (item.thread_id, item.dedup_key, input_id),
+        )
+        conn.execute(MARK_READY, (key, item.not_before, item.thread_id, item.kind))
+        return Admission(
+            input_id=input_id, thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=False
+        )
 
     # -- scheduling ------------------------------------------------------------------
 
@@ -528,17 +599,14 @@ class SQLiteStore:
 
         def job(conn: Conn) -> list[Claim]:
             now = self.clock()
-            ids = [r[0] for r in conn.execute(CLAIM_CANDIDATES, {"now": now, "limit": limit}).fetchall()]
-            claims = []
+            # one token per claim batch: a lease is identified by (thread, token)
+            token = secrets.token_hex(8)
             expires = now + lease_s
-            for thread_id in ids:
-                token = secrets.token_hex(8)
-                conn.execute(
-                    "UPDATE threads SET lease_token = ?, lease_owner = ?, lease_expires = ? WHERE id = ?",
-                    (token, worker, expires, thread_id),
-                )
-                claims.append(Claim(thread_id=thread_id, token=token, expires_at=expires))
-            return claims
+            rows = conn.execute(
+                CLAIM_THREADS,
+                {"now": now, "limit": limit, "token": token, "worker": worker, "expires": expires},
+            ).fetchall()
+            return [Claim(thread_id=r[0], token=token, expires_at=expires) for r in rows]
 
         result: list[Claim] = await self._write(job)
         return result
@@ -550,7 +618,7 @@ class SQLiteStore:
             thread = self._get_thread(conn, claim.thread_id)
             now = self.clock()
             rows = conn.execute(
-                f"SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ? AND consumed_at IS NULL "
+                f"SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ? "
                 "AND not_before <= ? AND (? = 0 OR kind = 'tool_result') ORDER BY id LIMIT ?",
                 (claim.thread_id, now, thread.awaiting, limits.max_inputs),
             ).fetchall()
@@ -578,7 +646,10 @@ class SQLiteStore:
                 ).fetchone()
                 return (row[0], row[1]) if row and row[0] else None
 
-            view = build_view(thread, limits, fetch, parent_of)
+            view = self.views.get(thread.id, thread.last_seq, limits)
+            if view is None:
+                view = build_view(thread, limits, fetch, parent_of)
+                self.views.put(thread.id, thread.last_seq, limits, view)
         except apsw.Error as exc:
             raise translate(exc) from exc
         return SliceLoad(thread=thread, view=view, inputs=tuple(inputs))
@@ -586,24 +657,35 @@ class SQLiteStore:
     async def commit_slice(self, plan: CommitPlan) -> None:
         """Apply a slice plan atomically; LeaseLost if the lease is gone."""
         now = self.clock()
+        first_seq = plan.messages[0].seq if plan.messages else None
+        if any(m.seq != plan.messages[0].seq + n for n, m in enumerate(plan.messages)):
+            raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
+        finish = {
+            "first_seq": first_seq,
+            "last_seq": plan.messages[-1].seq if plan.messages else None,
+            "awaiting": plan.awaiting,
+            "now": now,
+            "id": plan.thread_id,
+            "token": plan.token,
+        }
 
         def job(conn: Conn) -> None:
-            row = conn.execute(
-                "SELECT lease_token, agent, last_seq FROM threads WHERE id = ?", (plan.thread_id,)
-            ).fetchone()
-            if row is None:
-                raise NotFound(f"no thread {plan.thread_id!r}")
-            if row[0] != plan.token:
-                raise LeaseLost(f"lease on thread {plan.thread_id!r} was lost before commit")
-            agent, last_seq = row[1], row[2]
-            for input_id in plan.consumed:
+            if plan.consumed:
+                marks = ",".join("?" * len(plan.consumed))
                 conn.execute(
-                    "UPDATE inputs SET consumed_at = ?, content = '' "
-                    "WHERE id = ? AND thread_id = ? AND consumed_at IS NULL",
-                    (now, input_id, plan.thread_id),
+                    f"DELETE FROM inputs WHERE thread_id = ? AND id IN ({marks})",
+                    (plan.thread_id, *plan.consumed),
                 )
-                if conn.changes() != 1:
-                    raise StoreError(f"input {input_id} of {plan.thread_id!r} is not pending")
+                if conn.changes() != len(plan.consumed):
+                    self._check_lease(conn, plan.thread_id, plan.token)
+                    raise StoreError(f"an input consumed by {plan.thread_id!r} is not pending")
+            row = conn.execute(FINISH_SLICE, finish).fetchone()
+            if row is None:
+                # raised after writes: the writer re-runs the batch with savepoints,
+                # so this job's changes are rolled back and nothing else's
+                self._check_lease(conn, plan.thread_id, plan.token)
+                raise StoreError(f"the messages of {plan.thread_id!r} do not continue its history")
+            agent = row[0]
             if plan.messages:
                 conn.executemany(
                     INSERT_MESSAGE,
@@ -623,21 +705,11 @@ class SQLiteStore:
                         for m in plan.messages
                     ],
                 )
-                last_seq = plan.messages[-1].seq
             if plan.calls:
                 conn.executemany(
                     INSERT_CALL,
                     [
-                        (
-                            plan.thread_id,
-                            agent,
-                            c.call_id,
-                            c.tool,
-                            c.arguments,
-                            int(c.idempotent),
-                            now,
-                            now,
-                        )
+                        (plan.thread_id, agent, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
                         for c in plan.calls
                     ],
                 )
@@ -647,19 +719,25 @@ class SQLiteStore:
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (child.id, child.agent, child.parent_id, child.parent_seq, now, now),
                 )
-            conn.execute(
-                "UPDATE threads SET last_seq = ?, awaiting = ?, failures = 0, error = NULL, "
-                "lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = ? "
-                "WHERE id = ?",
-                (last_seq, plan.awaiting, now, plan.thread_id),
-            )
-            conn.execute(REFRESH_READY, (plan.thread_id,))
             for item in plan.admissions:
                 self._admit_one(conn, item, now)
 
         inbox.validate(plan.admissions, self.max_input_bytes)
         size = sum(len(m.content) for m in plan.messages) + 512
-        await self._write(job, size)
+        try:
+            await self._write(job, size)
+        except BaseException:
+            self.views.discard(plan.thread_id)
+            raise
+        self.views.advance(plan.thread_id, plan.messages)
+
+    @staticmethod
+    def _check_lease(conn: Conn, thread_id: str, token: str) -> None:
+        row = conn.execute("SELECT lease_token FROM threads WHERE id = ?", (thread_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        if row[0] != token:
+            raise LeaseLost(f"lease on thread {thread_id!r} was lost before commit")
 
     async def release(
         self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
@@ -728,25 +806,14 @@ class SQLiteStore:
                     self._admit_result(conn, thread_id, call_id, tool, inbox.UNKNOWN_OUTCOME, True, now)
             if limit <= 0:
                 return []
-            rows = conn.execute(
-                f"SELECT {OUTBOX_COLS} FROM outbox WHERE status = 'pending' AND available_at <= ? "
-                "ORDER BY available_at LIMIT ?",
-                (now, limit),
-            ).fetchall()
-            claimed = []
-            expires = now + lease_s
-            for row in rows:
-                token = secrets.token_hex(8)
-                conn.execute(
-                    "UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = ?, "
-                    "lease_owner = ?, lease_expires = ? WHERE id = ?",
-                    (token, worker, expires, row[0]),
-                )
-                entry = _entry(row)
-                claimed.append(
-                    msgspec.structs.replace(entry, status="running", attempts=entry.attempts + 1, token=token)
-                )
-            return claimed
+            params = {
+                "now": now,
+                "limit": limit,
+                "token": secrets.token_hex(8),
+                "worker": worker,
+                "expires": now + lease_s,
+            }
+            return sorted((_entry(r) for r in conn.execute(CLAIM_OUTBOX, params)), key=lambda e: e.id)
 
         result: list[OutboxEntry] = await self._write(job)
         return result
@@ -772,6 +839,35 @@ class SQLiteStore:
         )
         self._admit_one(conn, item, now)
 
+    async def complete_call(
+        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+    ) -> Admission:
+        """Answer an open call from outside; see :meth:`Store.complete_call`."""
+        item = NewInput(
+            thread_id=thread_id, kind="tool_result", dedup_key=call_id, content=content, call_id=call_id
+        )
+        inbox.validate([item], self.max_input_bytes)
+        now = self.clock()
+
+        def job(conn: Conn) -> Admission:
+            known = conn.execute(
+                "SELECT input_id FROM input_keys WHERE thread_id = ? AND dedup_key = ?", (thread_id, call_id)
+            ).fetchone()
+            if known is not None:
+                return Admission(input_id=known[0], thread_id=thread_id, dedup_key=call_id, duplicate=True)
+            row = conn.execute(
+                "DELETE FROM outbox WHERE thread_id = ? AND call_id = ? AND status IN ('pending', 'running') "
+                "RETURNING tool",
+                (thread_id, call_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"thread {thread_id!r} has no open call {call_id!r}")
+            answer = msgspec.structs.replace(item, tool_name=row[0], is_error=is_error)
+            return self._admit_one(conn, answer, now)
+
+        result: Admission = await self._write(job, len(content) + 256)
+        return result
+
     async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
         """Record outcomes; done/dead admit the tool result in the same transaction."""
         for outcome in outcomes:
@@ -782,28 +878,32 @@ class SQLiteStore:
         def job(conn: Conn) -> list[bool]:
             held = []
             for o in outcomes:
-                row = conn.execute(
-                    "SELECT thread_id, call_id, tool FROM outbox "
-                    "WHERE id = ? AND status = 'running' AND lease_token = ?",
-                    (o.entry_id, o.token),
-                ).fetchone()
-                if row is None:
-                    held.append(False)
-                    continue
-                held.append(True)
                 if o.kind == "retry":
                     conn.execute(
                         "UPDATE outbox SET status = 'pending', available_at = ?, last_error = ?, "
-                        "lease_token = NULL, lease_owner = NULL, lease_expires = 0 WHERE id = ?",
-                        (o.retry_at, o.error, o.entry_id),
+                        "lease_token = NULL, lease_owner = NULL, lease_expires = 0 "
+                        "WHERE id = ? AND status = 'running' AND lease_token = ?",
+                        (o.retry_at, o.error, o.entry_id, o.token),
                     )
+                    held.append(conn.changes() == 1)
                     continue
-                conn.execute(
-                    "UPDATE outbox SET status = ?, finished_at = ?, last_error = ?, "
-                    "lease_token = NULL, lease_owner = NULL, lease_expires = 0 WHERE id = ?",
-                    (o.kind, now, o.error, o.entry_id),
-                )
-                self._admit_result(conn, row[0], row[1], row[2], o.content, o.is_error, now)
+                if o.kind == "done":
+                    row = conn.execute(
+                        "DELETE FROM outbox WHERE id = ? AND status = 'running' AND lease_token = ? "
+                        "RETURNING thread_id, call_id, tool",
+                        (o.entry_id, o.token),
+                    ).fetchone()
+                else:
+                    row = conn.execute(
+                        "UPDATE outbox SET status = 'dead', finished_at = ?, last_error = ?, "
+                        "lease_token = NULL, lease_owner = NULL, lease_expires = 0 "
+                        "WHERE id = ? AND status = 'running' AND lease_token = ? "
+                        "RETURNING thread_id, call_id, tool",
+                        (now, o.error, o.entry_id, o.token),
+                    ).fetchone()
+                held.append(row is not None)
+                if row is not None:
+                    self._admit_result(conn, row[0], row[1], row[2], o.content, o.is_error, now)
             return held
 
         size = sum(len(o.content) for o in outcomes) + 256
@@ -872,8 +972,8 @@ class SQLiteStore:
             rows = (
                 self._read()
                 .execute(
-                    f"SELECT {OUTBOX_COLS} FROM outbox WHERE id > ? AND (? IS NULL OR status = ?) "
-                    "ORDER BY id LIMIT ?",
+                    f"SELECT {OUTBOX_COLS} FROM outbox "
+                    "WHERE id > ? AND (? IS NULL OR status = ?) ORDER BY id LIMIT ?",
                     (after, status, status, limit + 1),
                 )
                 .fetchall()
@@ -914,9 +1014,7 @@ class SQLiteStore:
             leased = conn.execute("SELECT COUNT(*) FROM threads WHERE lease_token IS NOT NULL").fetchone()[0]
             backlog = {
                 f"P{p}": n
-                for p, n in conn.execute(
-                    "SELECT priority, COUNT(*) FROM inputs WHERE consumed_at IS NULL GROUP BY priority"
-                ).fetchall()
+                for p, n in conn.execute("SELECT priority, COUNT(*) FROM inputs GROUP BY priority").fetchall()
             }
             outbox = dict(conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status").fetchall())
             messages = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]

@@ -26,8 +26,11 @@ CREATE TABLE threads (
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 
+-- Pending inputs only: the slice that consumes an input deletes it in its
+-- transaction (the message made from it keeps its id). AUTOINCREMENT: ids are
+-- never reused, even when the table empties.
 CREATE TABLE inputs (
-    id          INTEGER PRIMARY KEY,
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
     thread_id   TEXT NOT NULL REFERENCES threads(id),
     dedup_key   TEXT NOT NULL,
     kind        TEXT NOT NULL,
@@ -35,18 +38,26 @@ CREATE TABLE inputs (
     not_before  REAL NOT NULL,
     admitted_at REAL NOT NULL,
     sort_key    REAL NOT NULL,
-    -- emptied once consumed: the message made from it holds the text
     content     TEXT NOT NULL,
     call_id     TEXT,
     tool_name   TEXT,
     is_error    INTEGER NOT NULL DEFAULT 0,
-    source      TEXT,
-    consumed_at REAL,
-    UNIQUE (thread_id, dedup_key)
+    source      TEXT
 );
-CREATE INDEX inputs_pending ON inputs (thread_id, id) WHERE consumed_at IS NULL;
+CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
+-- Every dedup key ever admitted, for ever: a repeated (thread, key) is a duplicate.
+CREATE TABLE input_keys (
+    thread_id TEXT NOT NULL,
+    dedup_key TEXT NOT NULL,
+    input_id  INTEGER NOT NULL,
+    PRIMARY KEY (thread_id, dedup_key)
+) WITHOUT ROWID;
+
+-- A rowid table: rows are appended in commit order, so pages stay full although
+-- threads interleave; the (thread_id, seq) index serves views and paging.
 CREATE TABLE messages (
+    id           INTEGER PRIMARY KEY,
     thread_id    TEXT NOT NULL REFERENCES threads(id),
     seq          INTEGER NOT NULL,
     role         TEXT NOT NULL,
@@ -56,10 +67,13 @@ CREATE TABLE messages (
     name         TEXT,
     source       TEXT,
     input_id     INTEGER,
-    created_at   REAL NOT NULL,
-    PRIMARY KEY (thread_id, seq)
-) WITHOUT ROWID;
+    created_at   REAL NOT NULL
+);
+CREATE UNIQUE INDEX messages_thread_seq ON messages (thread_id, seq);
 
+-- Open async tool calls. A call that completes is deleted in the transaction that
+-- admits its result (the call and the result live on in messages); dead-lettered
+-- and unknown calls stay for inspection.
 CREATE TABLE outbox (
     id            INTEGER PRIMARY KEY,
     thread_id     TEXT NOT NULL REFERENCES threads(id),
@@ -69,7 +83,7 @@ CREATE TABLE outbox (
     arguments     TEXT NOT NULL,
     idempotent    INTEGER NOT NULL,
     status        TEXT NOT NULL DEFAULT 'pending'
-                  CHECK (status IN ('pending', 'running', 'done', 'dead', 'unknown')),
+                  CHECK (status IN ('pending', 'running', 'dead', 'unknown')),
     attempts      INTEGER NOT NULL DEFAULT 0,
     available_at  REAL NOT NULL,
     lease_token   TEXT,

@@ -1,0 +1,704 @@
+"""The ``dormant`` command line: init, run, send, chat, threads, show, status, retry, demo, bench.
+
+Every option has a ``DORMANT_*`` environment variable, shown in ``--help``.
+Settings are validated once (:meth:`Settings.from_env`). Expected errors
+(:class:`~dormant.errors.DormantError`) print one ``error: ...`` line on stderr
+and exit with 2 for the caller's mistakes (:class:`UsageError` and its
+subclasses) and 1 for operational failures; no traceback. Every listing is
+paged: no command prints an unbounded list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import msgspec
+import typer
+from rich.console import Console, JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from .agent import Agent
+from .app import DEFAULT_BASE_URL, SCRIPTED, load_agents
+from .config import DEFAULT_STORE, Settings
+from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
+from .errors import DormantError, NotFound, Overloaded, UsageError
+from .records import Message, Priority, Thread
+from .runtime import Runtime
+from .store import MAX_PAGE, Store, open_store
+
+T = TypeVar("T")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+app = typer.Typer(
+    name="dormant",
+    help="Host very many long-lived LLM agent sessions; memory is bounded by the work in flight.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold API keys
+)
+
+# -- shared options ------------------------------------------------------------------------
+
+StoreOpt = Annotated[
+    str,
+    typer.Option("--store", envvar="DORMANT_STORE", help="Store URL: sqlite:///path.db or memory://."),
+]
+AppOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        envvar="DORMANT_APP",
+        help="Agents to host: 'module:attr' naming a list of Agent or a callable returning one.",
+    ),
+]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        envvar="DORMANT_MODEL",
+        help="Model of the built-in 'assistant' agent: 'scripted' (echo) or a model name "
+        "served by --base-url.",
+    ),
+]
+BaseUrlOpt = Annotated[
+    str,
+    typer.Option(
+        "--base-url",
+        envvar="DORMANT_BASE_URL",
+        help="OpenAI-compatible endpoint of --model (API key from DORMANT_API_KEY or OPENAI_API_KEY).",
+    ),
+]
+SystemOpt = Annotated[
+    str | None,
+    typer.Option("--system", envvar="DORMANT_SYSTEM", help="System prompt of the built-in agent."),
+]
+ConcurrencyOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency", envvar="DORMANT_CONCURRENCY", min=1, help="Slices running at once (default: 64)."
+    ),
+]
+CursorOpt = Annotated[
+    str | None,
+    typer.Option("--cursor", envvar="DORMANT_CURSOR", help="Resume after this cursor (printed by a page)."),
+]
+LimitOpt = Annotated[
+    int,
+    typer.Option("--limit", envvar="DORMANT_LIMIT", min=1, max=MAX_PAGE, help="Items per page."),
+]
+AgentOpt = Annotated[
+    str | None,
+    typer.Option("--agent", envvar="DORMANT_AGENT", help="Agent of a new thread (default: the first agent)."),
+]
+MaxCharsOpt = Annotated[
+    int,
+    typer.Option("--max-chars", envvar="DORMANT_MAX_CHARS", min=0, help="Cut longer texts (0: never)."),
+]
+
+
+# -- plumbing ------------------------------------------------------------------------------
+
+
+def fail(exc: DormantError) -> NoReturn:
+    """Print ``exc`` as one red ``error:`` line on stderr and exit (2: caller's mistake, 1: other)."""
+    message = " ".join((str(exc) or type(exc).__name__).split("\n"))  # one line, always
+    if isinstance(exc, Overloaded):
+        message += f" (retry after {exc.retry_after:g}s)"
+    err.print(Text.assemble(("error: ", "bold red"), (message, "red")))
+    raise typer.Exit(2 if isinstance(exc, UsageError) else 1)
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion, turning expected errors into :func:`fail`."""
+    try:
+        return asyncio.run(coro)
+    except DormantError as exc:
+        fail(exc)
+
+
+def settings_for(store: str, **overrides: Any) -> Settings:
+    """Validated settings: ``DORMANT_*`` variables, then the command's options."""
+    return Settings.from_env(store=store, **overrides)
+
+
+def agents_for(app_spec: str | None, model: str, base_url: str, system: str | None) -> list[Agent]:
+    """The agents this invocation hosts (see :mod:`dormant.app`)."""
+    return load_agents(app_spec, model=model, base_url=base_url, system=system)
+
+
+async def close_models(agents: Sequence[Agent]) -> None:
+    """Close models that hold resources (HTTP clients)."""
+    for agent in agents:
+        aclose = getattr(agent.model, "aclose", None)
+        if callable(aclose):
+            result = aclose()
+            if inspect.isawaitable(result):
+                await result
+
+
+@asynccontextmanager
+async def opened_store(settings: Settings, *, create: bool = False) -> AsyncIterator[Store]:
+    """The settings' store, opened (and migrated). Without ``create``, a missing
+    SQLite file is an error instead of a new empty database."""
+    from .store.sqlite import SQLiteStore
+
+    options: dict[str, Any] = {"max_input_bytes": settings.max_input_bytes}
+    if settings.store.startswith("sqlite://"):
+        options["synchronous"] = settings.synchronous
+    store = open_store(settings.store, **options)
+    if not create and isinstance(store, SQLiteStore) and not os.path.exists(store.path):
+        raise UsageError(f"no database at {store.path!r}: run `dormant init --store {settings.store}` first")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def when(ts: float) -> str:
+    """A timestamp as local ``YYYY-MM-DD HH:MM:SS`` ('-' when unset)."""
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts > 0 else "-"
+
+
+def clip(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters (0: no limit), saying how much was cut."""
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}… [{len(text) - max_chars:,} more characters]"
+
+
+def message_text(message: Message, *, max_chars: int, show_time: bool = True) -> Text:
+    """One message as readable lines: a header, its text, its tool calls or the call it answers."""
+    styles = {"user": "bold cyan", "assistant": "bold green", "tool": "bold magenta"}
+    text = Text()
+    header = f"#{message.seq} {message.role}"
+    if message.role == "tool":
+        header += f" ← {message.name or 'tool'} [{message.tool_call_id or '?'}]"
+    text.append(header, style=styles[message.role])
+    if show_time:
+        text.append(f"  {when(message.created_at)}", style="dim")
+    if message.source and message.source != message.role:
+        text.append(f"  from {message.source}", style="dim")
+    text.append("\n")
+    if message.content:
+        body = clip(message.content, max_chars)
+        text.append("".join(f"  {line}\n" for line in body.split("\n")))
+    for call in message.tool_calls:
+        text.append(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
+        text.append(f"  [{call.id}]\n", style="dim")
+    return text
+
+
+_RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class EventFormatter(logging.Formatter):
+    """``time level logger event key=value ...``: the event name, then the record's extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        extras = " ".join(f"{k}={v!r}" for k, v in record.__dict__.items() if k not in _RECORD_FIELDS)
+        stamp = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        line = f"{stamp} {record.levelname.lower()} {record.name} {record.getMessage()}"
+        if extras:
+            line += " " + extras
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class LogLevel(StrEnum):
+    """Levels accepted by ``--log-level``."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def setup_logging(level: str) -> None:
+    """Send dormant's structured logs to stderr at ``level``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EventFormatter())
+    root = logging.getLogger("dormant")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+@app.callback()
+def main_options(
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            envvar="DORMANT_LOG_LEVEL",
+            case_sensitive=False,
+            help="Level of the structured logs written to stderr.",
+        ),
+    ] = LogLevel.warning,
+) -> None:
+    """Host very many long-lived LLM agent sessions; memory is bounded by the work in flight."""
+    setup_logging(log_level.value)
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+@app.command()
+def init(store: StoreOpt = DEFAULT_STORE) -> None:
+    """Create the store (or migrate it to this version's schema)."""
+
+    async def go() -> None:
+        settings = settings_for(store)
+        async with opened_store(settings, create=True) as st:
+            status = await st.status()
+        out.print(f"store {settings.store} ready (schema version {status.schema_version})")
+        if settings.store.startswith("memory://"):
+            out.print("note: memory:// lives only as long as one process; use sqlite:///path.db to keep data")
+
+    run_async(go())
+
+
+@app.command()
+def run(
+    store: StoreOpt = DEFAULT_STORE,
+    until_idle: Annotated[
+        bool,
+        typer.Option("--until-idle", envvar="DORMANT_UNTIL_IDLE", help="Exit once no work is left."),
+    ] = False,
+    concurrency: ConcurrencyOpt = None,
+    app_spec: AppOpt = None,
+    model: ModelOpt = SCRIPTED,
+    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
+    system: SystemOpt = None,
+) -> None:
+    """Run the agents until SIGINT/SIGTERM (running slices finish) or, with --until-idle, until idle."""
+
+    async def go() -> None:
+        settings = settings_for(store, concurrency=concurrency)
+        agents = agents_for(app_spec, model, base_url, system)
+        try:
+            async with Runtime(settings.store, agents, settings=settings) as rt:
+                await serve(rt, until_idle=until_idle)
+        finally:
+            await close_models(agents)
+
+    run_async(go())
+
+
+async def serve(rt: Runtime, *, until_idle: bool) -> None:
+    """Run ``rt`` with graceful stop on the first SIGINT/SIGTERM, abort on the second."""
+    loop = asyncio.get_running_loop()
+    names = ", ".join(sorted(rt.agents))
+    mode = "until idle" if until_idle else "until Ctrl-C"
+    task = asyncio.create_task(rt.run_until_idle() if until_idle else rt.run())
+    stop_requested = asyncio.Event()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            err.print("stopping: running slices finish (signal again to abort them)", style="yellow")
+            stop_requested.set()
+        else:
+            task.cancel()
+
+    async def stopper() -> None:
+        # Runtime.stop() before run() has begun is lost, so repeat it until the run ends
+        await stop_requested.wait()
+        while not task.done():
+            rt.stop()
+            await asyncio.sleep(0.05)
+
+    stopping = asyncio.create_task(stopper())
+
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+            pass
+    # printed once the handlers are in place: a signal from now on stops gracefully
+    err.print(
+        f"dormant running on {rt.store.url} (agents: {names}; concurrency {rt.settings.concurrency}) {mode}",
+        style="dim",
+    )
+    started = time.perf_counter()
+    aborted = False
+    try:
+        await task
+    except asyncio.CancelledError:
+        if signals < 2:
+            raise
+        aborted = True
+    finally:
+        stopping.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    s = rt.stats
+    out.print(
+        f"{'aborted' if aborted else 'stopped'} after {time.perf_counter() - started:.1f}s: "
+        f"{s.slices} slices, {s.completions} completions, {s.tool_calls} tool calls, "
+        f"{s.slice_failures} slice failures, {s.tool_failures} tool failures"
+    )
+
+
+@app.command()
+def send(
+    thread: Annotated[str, typer.Argument(help="Thread id (created if new).")],
+    text: Annotated[str, typer.Argument(help="User text to admit.")],
+    store: StoreOpt = DEFAULT_STORE,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key", envvar="DORMANT_KEY", help="Dedup key: the same (thread, key) is admitted once."
+        ),
+    ] = None,
+    agent: AgentOpt = None,
+    priority: Annotated[
+        int,
+        typer.Option(
+            "--priority", envvar="DORMANT_PRIORITY", min=0, max=2, help="0 urgent, 1 normal, 2 bulk."
+        ),
+    ] = 1,
+    app_spec: AppOpt = None,
+    model: ModelOpt = SCRIPTED,
+    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
+    system: SystemOpt = None,
+) -> None:
+    """Admit user text to a thread durably (it runs on the next `dormant run`)."""
+
+    async def go() -> None:
+        settings = settings_for(store)
+        agents = agents_for(app_spec, model, base_url, system)
+        async with Runtime(settings.store, agents, settings=settings) as rt:
+            admission = await rt.send(thread, text, key=key, agent=agent, priority=Priority(priority))
+        if admission.duplicate:
+            out.print(
+                f"duplicate: input {admission.input_id} was already admitted to thread "
+                f"{admission.thread_id} with key {admission.dedup_key!r}; nothing changed"
+            )
+        else:
+            out.print(
+                f"admitted input {admission.input_id} to thread {admission.thread_id} "
+                f"(key {admission.dedup_key!r}, priority P{priority})"
+            )
+
+    run_async(go())
+
+
+@app.command()
+def chat(
+    thread: Annotated[str, typer.Argument(help="Thread id (created if new).")],
+    store: StoreOpt = DEFAULT_STORE,
+    agent: AgentOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    app_spec: AppOpt = None,
+    model: ModelOpt = SCRIPTED,
+    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
+    system: SystemOpt = None,
+    max_chars: MaxCharsOpt = 4000,
+) -> None:
+    """Talk to a thread: each line of stdin is sent, run until idle, and the replies printed.
+
+    Works with piped stdin; ends on EOF or /quit.
+    """
+    interactive = sys.stdin.isatty()
+    try:
+        settings = settings_for(store, concurrency=concurrency)
+        agents = agents_for(app_spec, model, base_url, system)
+        with asyncio.Runner() as runner:
+            rt = Runtime(settings.store, agents, settings=settings)
+            runner.run(rt.open())
+            try:
+                cursor = runner.run(last_seq(rt, thread))
+                if interactive:
+                    err.print(f"chatting with thread {thread} on {settings.store}; /quit or Ctrl-D ends")
+                while True:
+                    line = read_line(interactive)
+                    if line is None:
+                        break
+                    text = line.strip()
+                    if not text:
+                        continue
+                    if text in ("/quit", "/exit"):
+                        break
+                    cursor = runner.run(chat_turn(rt, thread, text, agent, cursor, max_chars, interactive))
+            finally:
+                runner.run(rt.close())
+                runner.run(close_models(agents))
+    except DormantError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def read_line(interactive: bool) -> str | None:
+    """One line of stdin (None at EOF); prompts when stdin is a terminal."""
+    if interactive:
+        try:
+            return out.input("[bold cyan]you>[/] ")
+        except EOFError:
+            return None
+    line = sys.stdin.readline()
+    return line if line else None
+
+
+async def last_seq(rt: Runtime, thread_id: str) -> int:
+    """The thread's last message seq, 0 for a thread that does not exist yet."""
+    try:
+        return (await rt.thread(thread_id)).last_seq
+    except NotFound:
+        return 0
+
+
+async def chat_turn(
+    rt: Runtime,
+    thread_id: str,
+    text: str,
+    agent: str | None,
+    cursor: int,
+    max_chars: int,
+    interactive: bool = False,
+) -> int:
+    """Send ``text``, run until idle, print what the agent said after ``cursor``; the new cursor."""
+    await rt.send(thread_id, text, key=f"chat:{uuid.uuid4().hex}", agent=agent)
+    if interactive:
+        with err.status("thinking…"):
+            await rt.run_until_idle()
+    else:
+        await rt.run_until_idle()
+    replies = 0
+    while True:
+        page = await rt.history(thread_id, cursor=str(cursor), limit=100)
+        for message in page.items:
+            cursor = message.seq
+            if message.role == "assistant":
+                replies += 1
+                if message.content:
+                    out.print(Text.assemble(("assistant: ", "bold green"), clip(message.content, max_chars)))
+                for call in message.tool_calls:
+                    out.print(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
+            elif message.role == "tool":
+                result = clip(message.content, max_chars).replace("\n", " ⏎ ")
+                out.print(Text(f"  ← {message.name or 'tool'}: {result}", style="magenta"))
+        if page.next_cursor is None:
+            break
+    row = await rt.thread(thread_id)
+    if row.status == "failed":
+        err.print(
+            Text(
+                f"thread {thread_id} failed: {row.error}; fix the cause, then `dormant retry {thread_id}`",
+                "red",
+            )
+        )
+    elif replies == 0:
+        note = f" (last error: {row.error})" if row.error else ""
+        err.print(Text(f"no reply yet; the thread will be retried by `dormant run`{note}", "yellow"))
+    return cursor
+
+
+@app.command()
+def threads(store: StoreOpt = DEFAULT_STORE, cursor: CursorOpt = None, limit: LimitOpt = 50) -> None:
+    """List threads by id, one page at a time."""
+
+    async def go() -> None:
+        async with opened_store(settings_for(store)) as st:
+            page = await st.list_threads(cursor=cursor, limit=limit)
+        table = Table(show_edge=False, pad_edge=False)
+        columns: list[tuple[str, JustifyMethod]] = [
+            ("thread", "left"),
+            ("agent", "left"),
+            ("status", "left"),
+            ("msgs", "right"),
+            ("wait", "right"),
+            ("fails", "right"),
+            ("updated", "left"),
+        ]
+        for name, justify in columns:
+            # only ids fold: the other columns are short
+            table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "thread")
+        for row in page.items:
+            status = Text(row.status, style="red" if row.status == "failed" else "green")
+            table.add_row(
+                row.id,
+                row.agent,
+                status,
+                str(row.last_seq),
+                str(row.awaiting),
+                str(row.failures),
+                when(row.updated_at),
+            )
+        if page.items:
+            out.print(table)
+        else:
+            out.print("(no threads)")
+        if page.next_cursor is not None:
+            out.print(f"next cursor: {page.next_cursor}  (dormant threads --cursor {page.next_cursor})")
+
+    run_async(go())
+
+
+@app.command()
+def show(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    store: StoreOpt = DEFAULT_STORE,
+    cursor: CursorOpt = None,
+    limit: LimitOpt = 50,
+    newest_first: Annotated[
+        bool,
+        typer.Option("--newest-first", envvar="DORMANT_NEWEST_FIRST", help="Newest message first."),
+    ] = False,
+    max_chars: MaxCharsOpt = 4000,
+) -> None:
+    """Print one page of a thread's history, tool calls and results included."""
+
+    async def go() -> None:
+        async with opened_store(settings_for(store)) as st:
+            row = await st.get_thread(thread)
+            page = await st.history(thread, cursor=cursor, limit=limit, newest_first=newest_first)
+        out.print(thread_line(row))
+        for message in page.items:
+            out.print(message_text(message, max_chars=max_chars), end="")
+        if not page.items:
+            out.print("(no messages)")
+        if page.next_cursor is not None:
+            flag = " --newest-first" if newest_first else ""
+            out.print(
+                f"next cursor: {page.next_cursor}  (dormant show {thread} --cursor {page.next_cursor}{flag})"
+            )
+
+    run_async(go())
+
+
+def thread_line(row: Thread) -> Text:
+    """A one-line summary of a thread row."""
+    text = Text()
+    text.append(f"thread {row.id}", style="bold")
+    text.append(f"  agent {row.agent}  ")
+    text.append(row.status, style="red" if row.status == "failed" else "green")
+    text.append(f"  {row.last_seq} messages  {row.awaiting} awaiting")
+    if row.parent_id:
+        text.append(f"  parent {row.parent_id}@{row.parent_seq}")
+    if row.error:
+        text.append(f"  last error: {row.error}", style="red")
+    return text
+
+
+@app.command()
+def status(
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="DORMANT_JSON", help="Print machine-readable JSON.")
+    ] = False,
+) -> None:
+    """Counts: threads by state, ready/leased, backlog, outbox, dead letters, messages, sizes."""
+
+    async def go() -> None:
+        settings = settings_for(store)
+        async with opened_store(settings) as st:
+            s = await st.status()
+        if as_json:
+            data = {"store": settings.store, **msgspec.structs.asdict(s)}
+            sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            return
+        table = Table(title=f"dormant status — {settings.store}", show_header=False, title_justify="left")
+        table.add_column("what", style="bold")
+        table.add_column("count", justify="right")
+
+        def group(name: str, counts: dict[str, int], keys: Sequence[str]) -> None:
+            names = list(keys) + sorted(k for k in counts if k not in keys)
+            table.add_row(name, ", ".join(f"{k} {counts.get(k, 0):,}" for k in names))
+
+        group("threads", s.threads_by_status, ["active", "failed"])
+        table.add_row("ready / leased", f"{s.threads_ready:,} / {s.threads_leased:,}")
+        group("backlog", s.backlog_by_priority, ["P0", "P1", "P2"])
+        group("outbox", s.outbox_by_status, ["pending", "running", "done", "dead", "unknown"])
+        table.add_row("dead letters", Text(f"{s.dead_letters:,}", style="red" if s.dead_letters else ""))
+        table.add_row("messages", f"{s.messages:,}")
+        table.add_row("db / wal size", f"{human_bytes(s.db_bytes)} / {human_bytes(s.wal_bytes)}")
+        table.add_row("schema version", str(s.schema_version))
+        out.print(table)
+
+    run_async(go())
+
+
+@app.command()
+def retry(thread: Annotated[str, typer.Argument(help="Thread id.")], store: StoreOpt = DEFAULT_STORE) -> None:
+    """Reactivate a failed thread; its pending inputs run on the next `dormant run`."""
+
+    async def go() -> None:
+        async with opened_store(settings_for(store)) as st:
+            before = await st.get_thread(thread)
+            row = await st.retry_thread(thread)
+        if before.status == "failed":
+            out.print(f"thread {row.id} is active again (was failed: {before.error})")
+        else:
+            out.print(f"thread {row.id} was not failed; its retry backoff was reset")
+
+    run_async(go())
+
+
+@app.command()
+def demo(
+    agents: Annotated[
+        int, typer.Option("--agents", envvar="DORMANT_DEMO_AGENTS", min=1, help="Agents (threads) to run.")
+    ] = 2000,
+    turns: Annotated[
+        int, typer.Option("--turns", envvar="DORMANT_DEMO_TURNS", min=1, help="Turns per agent.")
+    ] = 5,
+    # a separate variable from DORMANT_STORE on purpose: the demo deletes its store first
+    store: Annotated[
+        str,
+        typer.Option(
+            "--store",
+            envvar="DORMANT_DEMO_STORE",
+            help="Store of the demo; a SQLite file is deleted and recreated on each run.",
+        ),
+    ] = DEFAULT_DEMO_STORE,
+    concurrency: ConcurrencyOpt = None,
+) -> None:
+    """Run many scripted coding agents (2 completions + 1 async tool call per turn) and print figures."""
+    run_async(demo_command(out, agents=agents, turns=turns, store=store, concurrency=concurrency))
+
+
+def _mount_bench() -> None:
+    from .bench.cli import bench_app
+
+    app.add_typer(bench_app, name="bench")
+
+
+_mount_bench()
+
+
+def main() -> None:
+    """Entry point of the ``dormant`` script."""
+    try:
+        app(prog_name="dormant")
+    except DormantError as exc:  # raised outside a command's own handling
+        try:
+            fail(exc)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+
+
+if __name__ == "__main__":
+    main()

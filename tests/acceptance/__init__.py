@@ -1,0 +1,1 @@
+"""Acceptance tests: the CLI in a subprocess."""

@@ -1,0 +1,253 @@
+"""The CLI end to end: each command in a subprocess on a fresh SQLite file."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import typer.main
+
+from dormant import Agent, Runtime
+from dormant.cli import app
+from dormant.models import echo_model
+
+from .runner import Cli, assert_usage_error, clean_env
+
+
+def next_cursor(output: str) -> str | None:
+    """The cursor a paged command printed, if any."""
+    match = re.search(r"^next cursor: (\S+)", output, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def test_help_shows_env_vars(cli: Cli) -> None:
+    top = cli("--help", store=False).stdout
+    for command in ("init", "run", "send", "chat", "threads", "show", "status", "retry", "demo", "bench"):
+        assert command in top
+    send = cli("send", "--help", store=False)
+    assert send.returncode == 0
+    for var in (
+        "DORMANT_STORE",
+        "DORMANT_KEY",
+        "DORMANT_AGENT",
+        "DORMANT_PRIORITY",
+        "DORMANT_APP",
+        "DORMANT_MODEL",
+    ):
+        assert var in send.stdout
+    assert "DORMANT_DEMO_AGENTS" in cli("demo", "--help", store=False).stdout
+
+
+def test_every_option_has_an_env_var() -> None:
+    group = typer.main.get_command(app)
+    commands = getattr(group, "commands", {})
+    assert commands
+    for name, command in commands.items():
+        if name == "bench":  # mounted from dormant.bench, checked there
+            continue
+        for param in command.params:
+            if param.param_type_name == "option" and param.name != "help":
+                envvar = getattr(param, "envvar", None)
+                assert isinstance(envvar, str) and envvar.startswith("DORMANT_"), (name, param.name)
+
+
+def test_console_script_runs(cli: Cli) -> None:
+    script = Path(sys.executable).parent / "dormant"
+    if not script.exists():  # the editable install puts it next to the interpreter
+        return
+    result = subprocess.run(
+        [str(script), "init", "--store", cli.store],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "schema version" in result.stdout
+
+
+def test_init_creates_the_store(cli: Cli, tmp_path: Path) -> None:
+    out = cli.ok("init")
+    assert cli.store in out
+    assert re.search(r"schema version \d+", out)
+    assert (tmp_path / "t.db").exists()
+    assert "schema version" in cli.ok("init")  # idempotent
+
+
+def test_send_run_show(cli: Cli) -> None:
+    sent = cli.ok("send", "t1", "hello there")
+    assert re.search(r"admitted input \d+ to thread t1", sent)
+    assert "duplicate" not in sent
+    ran = cli.ok("run", "--until-idle")
+    assert "1 completions" in ran
+    shown = cli.ok("show", "t1")
+    assert "hello there" in shown
+    assert "echo: hello there" in shown
+    assert next_cursor(shown) is None
+
+
+def test_send_same_key_is_admitted_once(cli: Cli) -> None:
+    first = cli.ok("send", "t1", "hi", "--key", "k-1")
+    second = cli.ok("send", "t1", "hi", "--key", "k-1")
+    assert "duplicate" not in first
+    assert "duplicate" in second
+    assert re.findall(r"input (\d+)", first) == re.findall(r"input (\d+)", second)
+    backlog = json.loads(cli.ok("status", "--json"))["backlog_by_priority"]
+    assert sum(backlog.values()) == 1
+    cli.ok("run", "--until-idle")
+    shown = cli.ok("show", "t1")
+    assert shown.count("echo: hi") == 1
+    assert "#3" not in shown
+
+
+def test_show_pages_and_newest_first(cli: Cli) -> None:
+    cli.ok("chat", "c", input="one\ntwo\n")  # 4 messages
+    first = cli.ok("show", "c", "--limit", "3")
+    assert "echo: one" in first and "#3 user" in first and "echo: two" not in first
+    cursor = next_cursor(first)
+    assert cursor == "3"
+    rest = cli.ok("show", "c", "--limit", "3", "--cursor", cursor)
+    assert "echo: two" in rest and "#1 user" not in rest
+    assert next_cursor(rest) is None
+    newest = cli.ok("show", "c", "--limit", "1", "--newest-first")
+    assert "echo: two" in newest and "echo: one" not in newest
+    assert next_cursor(newest) == "4"
+
+
+async def test_threads_paging_with_cursor(cli: Cli) -> None:
+    async with Runtime(cli.store, [Agent(name="assistant", model=echo_model())]) as rt:
+        for i in range(5):
+            await rt.send(f"p-{i}", "hi")
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        args = ["threads", "--limit", "2"] + (["--cursor", cursor] if cursor else [])
+        out = cli.ok(*args)
+        page = re.findall(r"^\s*(p-\d)\b", out, re.MULTILINE)
+        assert 1 <= len(page) <= 2, out
+        seen += page
+        pages += 1
+        cursor = next_cursor(out)
+        if cursor is None:
+            break
+    assert seen == [f"p-{i}" for i in range(5)]
+    assert pages == 3
+
+
+def test_status_json_counts(cli: Cli) -> None:
+    cli.ok("send", "a", "x")
+    cli.ok("send", "b", "y", "--priority", "0")
+    before = json.loads(cli.ok("status", "--json"))
+    assert before["threads_by_status"] == {"active": 2}
+    assert before["backlog_by_priority"] == {"P0": 1, "P1": 1}
+    assert before["threads_ready"] == 2
+    assert before["messages"] == 0
+    cli.ok("run", "--until-idle")
+    after = json.loads(cli.ok("status", "--json"))
+    assert after["store"] == cli.store
+    assert after["messages"] == 4
+    assert after["threads_leased"] == 0
+    assert sum(after["backlog_by_priority"].values()) == 0
+    assert after["dead_letters"] == 0
+    assert after["schema_version"] >= 1
+    assert after["db_bytes"] > 0
+    human = cli.ok("status")
+    assert "messages" in human and "schema version" in human
+
+
+def test_chat_with_piped_stdin(cli: Cli) -> None:
+    out = cli.ok("chat", "c1", input="first line\n\nsecond line\n")
+    assert out.count("assistant: ") == 2
+    assert "echo: first line" in out
+    assert "echo: second line" in out
+    assert out.index("echo: first line") < out.index("echo: second line")
+
+
+def test_chat_quit_stops_reading(cli: Cli) -> None:
+    out = cli.ok("chat", "c2", input="a\n/quit\nb\n")
+    assert "echo: a" in out and "echo: b" not in out
+
+
+def test_bad_store_url_is_a_usage_error(cli: Cli) -> None:
+    assert_usage_error(cli("status", "--store", "nope://x", store=False), "nope://x")
+    assert_usage_error(cli("send", "t", "x", "--store", "nope://x", store=False), "nope://x")
+
+
+def test_missing_database_is_a_usage_error(cli: Cli) -> None:
+    assert_usage_error(cli("threads"), "dormant init")
+
+
+def test_env_var_store_is_honoured(cli: Cli, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/from-env.db"
+    env = {"DORMANT_STORE": url}
+    assert url in cli("init", env=env, store=False).stdout
+    assert (tmp_path / "from-env.db").exists()
+    assert cli("send", "e", "via env", env=env, store=False).returncode == 0
+    assert cli("run", "--until-idle", env=env, store=False).returncode == 0
+    assert "echo: via env" in cli("show", "e", env=env, store=False).stdout
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_invalid_setting_from_env_is_a_usage_error(cli: Cli) -> None:
+    cli.ok("init")
+    result = cli("run", "--until-idle", env={"DORMANT_LEASE_S": "-1"})
+    assert_usage_error(result, "lease_s")
+
+
+def test_retry_unknown_thread(cli: Cli) -> None:
+    cli.ok("init")
+    assert_usage_error(cli("retry", "nobody"), "nobody")
+    assert_usage_error(cli("show", "nobody"), "nobody")
+
+
+def test_failed_thread_then_retry(cli: Cli, tmp_path: Path) -> None:
+    # a thread created for an agent the next `run` does not host fails at once
+    (tmp_path / "agents_app.py").write_text(
+        "from dormant import Agent\n"
+        "from dormant.models import echo_model\n"
+        "def agents():\n"
+        "    return [Agent(name='other', model=echo_model())]\n"
+    )
+    cli.ok("send", "f", "hi", "--app", "agents_app:agents")
+    cli.ok("run", "--until-idle")
+    assert json.loads(cli.ok("status", "--json"))["threads_by_status"] == {"failed": 1}
+    assert "failed" in cli.ok("show", "f")
+    assert "active again" in cli.ok("retry", "f")
+    cli.ok("run", "--until-idle", "--app", "agents_app:agents")
+    assert "echo: hi" in cli.ok("show", "f")
+
+
+def test_bad_app_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "not_agents.py").write_text("THING = 3\n")
+    assert_usage_error(cli("send", "t", "x", "--app", "not_agents:THING"), "not_agents:THING")
+    assert_usage_error(cli("send", "t", "x", "--app", "no_such_module:x"), "no_such_module")
+    assert_usage_error(cli("send", "t", "x", "--app", "not_agents"), "module:attr")
+
+
+def test_run_stops_gracefully_on_sigterm(cli: Cli) -> None:
+    cli.ok("init")
+    proc = subprocess.Popen(
+        cli.argv("run"),
+        cwd=cli.cwd,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "dormant running" in proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        out, errors = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, errors
+    assert "stopped after" in out
+    assert "Traceback" not in errors

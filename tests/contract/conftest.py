@@ -1,0 +1,67 @@
+"""The store backends the contract suite runs against.
+
+Every test in ``tests/contract`` takes the ``store`` fixture and so runs once per
+entry of :data:`BACKENDS`. To add a backend (PostgreSQL), add one
+:class:`Backend` whose ``make`` builds an unopened store on a fresh database or
+schema for the test; skip there (``pytest.skip``) when its server is not
+configured, and fail instead under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dormant.store.base import Store
+from dormant.store.memory import MemoryStore
+from dormant.store.sqlite import SQLiteStore
+from tests.helpers import FakeClock
+
+#: Builds an unopened store for one test. Called again with the same arguments, it
+#: must reach the same data (that is how durability is tested).
+StoreFactory = Callable[[Path, FakeClock], Store]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One store implementation under contract."""
+
+    name: str
+    make: StoreFactory
+    durable: bool  # survives close and reopen
+    shared: bool  # several store objects (workers) can open the same database
+
+
+def _memory(tmp_path: Path, clock: FakeClock) -> Store:
+    return MemoryStore("memory://", clock=clock)
+
+
+def _sqlite(tmp_path: Path, clock: FakeClock) -> Store:
+    return SQLiteStore(f"sqlite:///{tmp_path}/x.db", clock=clock)
+
+
+BACKENDS = [
+    Backend("memory", _memory, durable=False, shared=False),
+    Backend("sqlite", _sqlite, durable=True, shared=True),
+]
+
+
+@pytest.fixture(params=BACKENDS, ids=lambda b: b.name)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend under test (one run of each contract test per backend)."""
+    chosen: Backend = request.param
+    return chosen
+
+
+@pytest.fixture
+async def store(backend: Backend, tmp_path: Path, clock: FakeClock) -> AsyncIterator[Store]:
+    """An opened, empty store of the backend under test, on the test's clock."""
+    opened = backend.make(tmp_path, clock)
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()

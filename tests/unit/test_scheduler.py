@@ -1,0 +1,145 @@
+"""The scheduler over the in-memory store: concurrency bound, single flight, lease renewal."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from dormant.records import Claim, CommitPlan, NewInput, SliceLoad, ViewLimits
+from dormant.scheduler import Scheduler
+from dormant.store.memory import MemoryStore
+from tests.helpers import eventually
+
+
+def user(thread_id: str, key: str = "k") -> NewInput:
+    return NewInput(thread_id=thread_id, kind="user", dedup_key=key, content="x", agent="a")
+
+
+async def consume(store: MemoryStore, claim: Claim, load: SliceLoad | None = None) -> None:
+    """Commit a slice that consumes the loaded inputs and writes nothing else."""
+    load = load or await store.load_slice(claim, ViewLimits())
+    await store.commit_slice(
+        CommitPlan(
+            thread_id=claim.thread_id,
+            token=claim.token,
+            consumed=tuple(i.id for i in load.inputs),
+            messages=(),
+        )
+    )
+
+
+async def run_until(scheduler: Scheduler, done: asyncio.Event, timeout: float = 10.0) -> None:
+    stop = asyncio.Event()
+    runner = asyncio.create_task(scheduler.run(stop))
+    try:
+        async with asyncio.timeout(timeout):
+            await done.wait()
+    finally:
+        stop.set()
+        await runner
+
+
+async def test_never_more_than_c_slices_and_one_per_thread() -> None:
+    store = MemoryStore()
+    await store.open()
+    await store.admit([user(f"t{i}") for i in range(20)])
+    running: set[str] = set()
+    peak = 0
+    finished: list[str] = []
+    done = asyncio.Event()
+
+    async def run_slice(claim: Claim) -> None:
+        nonlocal peak
+        assert claim.thread_id not in running, "two slices of one thread"
+        running.add(claim.thread_id)
+        peak = max(peak, len(running))
+        await asyncio.sleep(0.02)
+        running.discard(claim.thread_id)
+        await consume(store, claim)
+        finished.append(claim.thread_id)
+        if len(finished) == 20:
+            done.set()
+
+    scheduler = Scheduler(store, run_slice, worker="w", concurrency=4, lease_s=10.0, poll_s=0.01)
+    await run_until(scheduler, done)
+    assert peak == 4
+    assert sorted(finished) == sorted(f"t{i}" for i in range(20))
+    assert scheduler.active == 0
+
+
+async def test_new_input_during_a_slice_runs_after_it() -> None:
+    store = MemoryStore()
+    await store.open()
+    await store.admit([user("t1", "k1")])
+    order: list[str] = []
+    done = asyncio.Event()
+
+    async def run_slice(claim: Claim) -> None:
+        load = await store.load_slice(claim, ViewLimits())
+        keys = [i.dedup_key for i in load.inputs]
+        order.append(",".join(keys))
+        if keys == ["k1"]:
+            await store.admit([user("t1", "k2")])  # arrives mid-slice
+            await asyncio.sleep(0.05)
+        await consume(store, claim, load)
+        if "k2" in keys:
+            done.set()
+
+    scheduler = Scheduler(store, run_slice, worker="w", concurrency=8, lease_s=10.0, poll_s=0.01)
+    await run_until(scheduler, done)
+    assert order == ["k1", "k2"]
+
+
+async def test_leases_of_long_slices_are_renewed() -> None:
+    store = MemoryStore()
+    await store.open()
+    await store.admit([user("t1")])
+    done = asyncio.Event()
+    stolen: list[Claim] = []
+
+    async def run_slice(claim: Claim) -> None:
+        await asyncio.sleep(0.5)  # longer than the lease
+        stolen.extend(await store.claim_threads("thief", 10, 0.3))
+        await consume(store, claim)  # LeaseLost if the lease had lapsed
+        done.set()
+
+    scheduler = Scheduler(store, run_slice, worker="w", concurrency=1, lease_s=0.3, poll_s=0.01)
+    await run_until(scheduler, done)
+    assert stolen == []
+
+
+async def test_a_slice_whose_lease_is_lost_is_cancelled() -> None:
+    store = MemoryStore()
+    await store.open()
+    await store.admit([user("t1")])
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def lose_everything(claims: Sequence[Claim], lease_s: float) -> list[Claim]:
+        return []
+
+    store.renew_leases = lose_everything  # type: ignore[method-assign]
+
+    async def run_slice(claim: Claim) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    scheduler = Scheduler(store, run_slice, worker="w", concurrency=1, lease_s=0.15, poll_s=0.01)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(scheduler.run(stop))
+    try:
+        async with asyncio.timeout(5):
+            await started.wait()
+            await cancelled.wait()
+
+        async def idle() -> bool:
+            return scheduler.active == 0
+
+        await eventually(idle)
+    finally:
+        stop.set()
+        await runner
