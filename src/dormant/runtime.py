@@ -227,7 +227,8 @@ class Runtime:
         """Answer an open async tool call from outside (e.g. a webhook); the first answer wins.
 
         Returns once the result is durable; a repeat (or an answer to a call the
-        dispatcher already answered) returns ``duplicate=True``; an unknown call raises NotFound. See :meth:`Store.complete_call`.
+        dispatcher already answered) returns ``duplicate=True``; an unknown call raises
+        NotFound. See :meth:`Store.complete_call`.
         """
         admission = await self.store.complete_call(thread_id, call_id, content, is_error=is_error)
         self.scheduler.wake.set()
