@@ -1,4 +1,5 @@
-"""The ``dormant`` command line: init, run, send, chat, threads, show, status, retry, demo, bench.
+"""The ``dormant`` command line: init, run, send, chat, threads, show, status, retry, doctor, demo,
+bench.
 
 Every option has a ``DORMANT_*`` environment variable, shown in ``--help``.
 Settings are validated once (:meth:`Settings.from_env`). Expected errors
@@ -287,8 +288,22 @@ def run(
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            envvar="DORMANT_WORKERS",
+            min=1,
+            max=256,
+            help="Worker processes on the store, supervised (restarted if one dies). "
+            "More hosts: run `dormant run` on each, pointed at the same PostgreSQL database.",
+        ),
+    ] = 1,
 ) -> None:
     """Run the agents until SIGINT/SIGTERM (running slices finish) or, with --until-idle, until idle."""
+    if workers > 1:
+        run_workers(store, workers, until_idle, concurrency, app_spec, model, base_url, system)
+        return
 
     async def go() -> None:
         settings = settings_for(store, concurrency=concurrency)
@@ -300,6 +315,42 @@ def run(
             await close_models(agents)
 
     run_async(go())
+
+
+def run_workers(
+    store: str,
+    workers: int,
+    until_idle: bool,
+    concurrency: int | None,
+    app_spec: str | None,
+    model: str,
+    base_url: str,
+    system: str | None,
+) -> None:
+    """``dormant run --workers N``: N single-process workers under a :class:`Supervisor`."""
+    from .workers import Supervisor
+
+    settings = settings_for(store, concurrency=concurrency)  # validated once, here
+    if settings.store.startswith("memory://"):
+        fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
+    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1", "--store", settings.store]
+    argv += ["--model", model, "--base-url", base_url]
+    if until_idle:
+        argv.append("--until-idle")
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    if app_spec is not None:
+        argv += ["--app", app_spec]
+    if system is not None:
+        argv += ["--system", system]
+    env = dict(os.environ)
+    env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
+    supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
+    err.print(f"dormant supervising {workers} workers on {settings.store}", style="dim")
+    code = asyncio.run(supervisor.run())
+    out.print(f"workers stopped (exit {code})")
+    if code:
+        raise typer.Exit(code)
 
 
 async def serve(rt: Runtime, *, until_idle: bool) -> None:
@@ -517,12 +568,27 @@ async def chat_turn(
 
 
 @app.command()
-def threads(store: StoreOpt = DEFAULT_STORE, cursor: CursorOpt = None, limit: LimitOpt = 50) -> None:
-    """List threads by id, one page at a time."""
+def threads(
+    store: StoreOpt = DEFAULT_STORE,
+    cursor: CursorOpt = None,
+    limit: LimitOpt = 50,
+    failed: Annotated[
+        bool,
+        typer.Option("--failed", envvar="DORMANT_FAILED", help="Only failed threads, with the reason."),
+    ] = False,
+) -> None:
+    """List threads by id, one page at a time (with --failed: only failed threads and why)."""
 
     async def go() -> None:
+        examined = 0
         async with opened_store(settings_for(store)) as st:
-            page = await st.list_threads(cursor=cursor, limit=limit)
+            if failed:
+                from .doctor import failed_threads
+
+                rows, next_cursor, examined = await failed_threads(st, cursor, limit)
+            else:
+                page = await st.list_threads(cursor=cursor, limit=limit)
+                rows, next_cursor = list(page.items), page.next_cursor
         table = Table(show_edge=False, pad_edge=False)
         columns: list[tuple[str, JustifyMethod]] = [
             ("thread", "left"),
@@ -533,12 +599,15 @@ def threads(store: StoreOpt = DEFAULT_STORE, cursor: CursorOpt = None, limit: Li
             ("fails", "right"),
             ("updated", "left"),
         ]
+        show_errors = any(row.error for row in rows)
+        if show_errors:
+            columns.append(("error", "left"))
         for name, justify in columns:
-            # only ids fold: the other columns are short
-            table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "thread")
-        for row in page.items:
+            # only ids and errors fold: the other columns are short
+            table.add_column(name, justify=justify, overflow="fold", no_wrap=name not in ("thread", "error"))
+        for row in rows:
             status = Text(row.status, style="red" if row.status == "failed" else "green")
-            table.add_row(
+            cells: list[str | Text] = [
                 row.id,
                 row.agent,
                 status,
@@ -546,13 +615,20 @@ def threads(store: StoreOpt = DEFAULT_STORE, cursor: CursorOpt = None, limit: Li
                 str(row.awaiting),
                 str(row.failures),
                 when(row.updated_at),
-            )
-        if page.items:
+            ]
+            if show_errors:
+                cells.append(Text(clip(row.error or "", 300), style="red"))
+            table.add_row(*cells)
+        if rows:
             out.print(table)
         else:
-            out.print("(no threads)")
-        if page.next_cursor is not None:
-            out.print(f"next cursor: {page.next_cursor}  (dormant threads --cursor {page.next_cursor})")
+            out.print("(no failed threads)" if failed else "(no threads)")
+        if failed and rows:
+            out.print("fix the cause, then `dormant retry THREAD` makes a failed thread run again")
+        if next_cursor is not None:
+            flag = " --failed" if failed else ""
+            scanned = f"examined {examined:,} threads; " if failed else ""
+            out.print(f"{scanned}next cursor: {next_cursor}  (dormant threads{flag} --cursor {next_cursor})")
 
     run_async(go())
 
@@ -678,6 +754,44 @@ def demo(
 ) -> None:
     """Run many scripted coding agents (2 completions + 1 async tool call per turn) and print figures."""
     run_async(demo_command(out, agents=agents, turns=turns, store=store, concurrency=concurrency))
+
+
+@app.command()
+def doctor(
+    store: StoreOpt = DEFAULT_STORE,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick", envvar="DORMANT_DOCTOR_QUICK", help="quick_check instead of the full integrity check."
+        ),
+    ] = False,
+    stuck_after: Annotated[
+        float,
+        typer.Option(
+            "--stuck-after",
+            envvar="DORMANT_DOCTOR_STUCK_AFTER",
+            min=0,
+            help="Seconds after which ready work nobody took counts as overdue.",
+        ),
+    ] = 300.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="DORMANT_JSON", help="Print machine-readable JSON.")
+    ] = False,
+) -> None:
+    """Check a store: integrity, schema, WAL size, expired leases, stuck or dead outbox entries,
+    failed threads. Read-only. Exit 0 healthy, 3 warnings, 1 damaged or broken."""
+    from .doctor import diagnose, render
+
+    try:
+        report = diagnose(settings_for(store).store, quick=quick, stuck_after_s=stuck_after)
+    except DormantError as exc:
+        fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
+        raise typer.Exit(report.exit_code)
+    for line in render(report):
+        out.print(line)
+    raise typer.Exit(report.exit_code)
 
 
 def _mount_bench() -> None:

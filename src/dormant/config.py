@@ -22,7 +22,9 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    store: str = Field(DEFAULT_STORE, description="store URL: sqlite:///path.db or memory://")
+    store: str = Field(
+        DEFAULT_STORE, description="store URL: sqlite:///path.db, postgresql://user@host/db or memory://"
+    )
     synchronous: str = Field("NORMAL", pattern="^(NORMAL|FULL|EXTRA)$", description="SQLite sync")
     concurrency: int = Field(64, ge=1, le=10_000, description="slices running at once (C)")
     tool_concurrency: int = Field(64, ge=1, le=10_000, description="async tool calls at once")
@@ -40,6 +42,9 @@ class Settings(BaseModel):
     retry_base_s: float = Field(0.5, gt=0, description="first retry backoff")
     retry_max_s: float = Field(60.0, gt=0, description="largest retry backoff")
     poll_s: float = Field(0.2, gt=0, le=60, description="idle poll interval for new work")
+    pg_pool_size: int = Field(
+        8, ge=1, le=1000, description="PostgreSQL: read connections per process (+1 writer, +1 listener)"
+    )
     worker_id: str | None = Field(None, description="worker name in leases (default host:pid)")
 
     @classmethod

@@ -11,17 +11,25 @@ exception becomes an error result the agent sees. After ``max_attempts`` the
 entry is dead-lettered and the agent receives an error result, so every call is
 answered exactly once. Entries found running with an expired lease are
 reconciled by the store (see ``Store.claim_outbox``).
+
+Store failures never kill the loop: a failed claim is retried with a capped
+backoff, and an outcome the store could not record (locked, full) is kept and
+recorded again until it sticks, the lease is lost, or the lease runs out; only
+then is the entry left to the store's reconciliation. A damaged database
+(:class:`~dormant.errors.SchemaError`) ends the loop with that error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping
 
 from .agent import Agent
-from .errors import DormantError, ToolError
+from .errors import DormantError, Overloaded, SchemaError, StoreError, ToolError
 from .metrics import RuntimeStats
 from .records import OutboxEntry, OutboxOutcome
 from .store.base import Store
@@ -29,12 +37,37 @@ from .tools import ToolContext
 
 log = logging.getLogger("dormant.dispatcher")
 
+#: Longest pause between two attempts at a store that keeps failing (locked, full).
+STORE_RETRY_MAX_S = 5.0
+
 
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Delay before retry number ``attempt`` (1, 2, ...): exponential, capped, jittered."""
     delay: float = min(cap, base * (2 ** max(0, attempt - 1)))
     jitter = (rng or random).uniform(0.8, 1.2)
     return min(cap, delay * jitter)
+
+
+def log_store_failure(logger: logging.Logger, event: str, exc: BaseException, streak: int) -> None:
+    """Log failure number ``streak`` in a row of a store call, without flooding the log.
+
+    The 1st, 2nd, 4th, 8th, ... failure of a streak is a warning (the others are debug);
+    an exception that is not a :class:`DormantError` (a bug, not a store condition)
+    is logged with its traceback.
+    """
+    level = logging.WARNING if streak & (streak - 1) == 0 else logging.DEBUG
+    logger.log(
+        level,
+        event,
+        extra={"error": f"{type(exc).__name__}: {exc}", "failures": streak},
+        exc_info=None if isinstance(exc, DormantError) else exc,
+    )
+
+
+async def pause(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -82,6 +115,7 @@ class Dispatcher:
         # a lease outlives the slowest call, so only a dead worker lets one expire
         self.lease_s = max(timeouts) + 30.0
         self._running: set[asyncio.Task[None]] = set()
+        self._stop: asyncio.Event | None = None
 
     @property
     def active(self) -> int:
@@ -89,18 +123,31 @@ class Dispatcher:
         return len(self._running)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Claim and run calls until ``stop`` is set; then let running calls finish."""
+        """Claim and run calls until ``stop`` is set; then let running calls finish.
+
+        Raises :class:`SchemaError` (after running calls end) if the database is damaged.
+        """
+        self._stop = stop
+        failures = 0
         try:
             while not stop.is_set():
                 self.wake.clear()
                 free = self.concurrency - len(self._running)
-                entries: list[OutboxEntry] = []
                 try:
                     entries = await self.store.claim_outbox(self.worker, free, self.lease_s)
-                except DormantError as exc:
-                    log.warning("outbox_claim_failed", extra={"error": str(exc)})
+                except SchemaError:
+                    raise
+                except Exception as exc:  # the loop must outlive any store failure
+                    failures += 1
+                    log_store_failure(log, "outbox_claim_failed", exc, failures)
+                    await pause(stop, backoff(failures, self.poll_s, STORE_RETRY_MAX_S))
+                    continue
+                if failures:
+                    log.warning("outbox_claims_resumed", extra={"failures": failures})
+                    failures = 0
+                deadline = time.monotonic() + self.lease_s
                 for entry in entries:
-                    task = asyncio.create_task(self._run_call(entry), name=f"call:{entry.call_id}")
+                    task = asyncio.create_task(self._run_call(entry, deadline), name=f"call:{entry.call_id}")
                     self._running.add(task)
                     task.add_done_callback(self._done)
                 await self._sleep(stop)
@@ -120,17 +167,40 @@ class Dispatcher:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _run_call(self, entry: OutboxEntry) -> None:
+    async def _run_call(self, entry: OutboxEntry, deadline: float) -> None:
         outcome = await self.execute(entry)
-        try:
-            held = await self.store.finish_outbox([outcome])
-        except DormantError as exc:
-            # not recorded: the lease will expire and the store reconciles the entry
-            log.error("outbox_finish_failed", extra={"call_id": entry.call_id, "error": str(exc)})
+        held = await self._record(entry, outcome, deadline)
+        if held is None:
             return
-        if not held[0]:
+        if not held:
             log.warning("outbox_lease_lost", extra={"call_id": entry.call_id})
         self.on_result()
+
+    async def _record(self, entry: OutboxEntry, outcome: OutboxOutcome, deadline: float) -> bool | None:
+        """Record ``outcome``, retrying while the store fails and the lease may still hold.
+
+        Answers whether the lease was held, or None when the outcome could not be
+        recorded: the lease then expires and the store reconciles the entry (an
+        idempotent call runs again, any other is answered "outcome unknown").
+        """
+        failures = 0
+        while True:
+            try:
+                return (await self.store.finish_outbox([outcome]))[0]
+            except Exception as exc:
+                failures += 1
+                delay = backoff(failures, self.retry_base_s, STORE_RETRY_MAX_S)
+                stopping = self._stop is not None and self._stop.is_set() and failures >= 3
+                transient = isinstance(exc, StoreError | Overloaded) and not isinstance(exc, SchemaError)
+                if not transient or stopping or time.monotonic() + delay >= deadline:
+                    log.error(
+                        "outbox_finish_failed",
+                        extra={"call_id": entry.call_id, "error": f"{type(exc).__name__}: {exc}"},
+                        exc_info=None if isinstance(exc, DormantError) else exc,
+                    )
+                    return None
+                log_store_failure(log, "outbox_finish_retry", exc, failures)
+                await asyncio.sleep(delay)
 
     async def execute(self, entry: OutboxEntry) -> OutboxOutcome:
         """Run one entry's tool and decide its outcome (no store writes)."""

@@ -32,7 +32,7 @@ UNKNOWN_OUTCOME = (
 
 def sort_key(item: NewInput, admitted_at: float) -> float:
     """Scheduling key of an input: when it may run, plus its class's aging offset."""
-    return max(admitted_at, item.not_before) + AGING[Priority(item.priority)]
+    return max(admitted_at, item.not_before) + AGING[item.priority]  # IntEnum keys hash as ints
 
 
 def validate(items: Sequence[NewInput], max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> None:

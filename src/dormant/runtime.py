@@ -4,7 +4,14 @@ A slice, as run here: load a bounded view → :class:`~dormant.slice.Turn` decid
 call the model (collected in a turn buffer) → run inline tools → loop (bounded) →
 commit the plan in one transaction → forget. A failed slice commits nothing:
 its inputs stay pending and the thread is retried after a backoff; after
-``model_retries`` failures in a row the thread is marked failed (``dormant retry``).
+``model_retries`` failures in a row the thread is marked failed, with the reason
+in its ``error``, until ``dormant retry`` (:meth:`Runtime.retry`).
+
+A store that cannot take the commit for now (locked by another process, full,
+overloaded) is not the thread's fault: the slice is retried later without
+counting a failure, and claiming pauses meanwhile, so work resumes by itself
+once the store recovers. A damaged database stops the runtime: :meth:`Runtime.run`
+raises :class:`~dormant.errors.SchemaError` saying what to do.
 """
 
 from __future__ import annotations
@@ -14,15 +21,24 @@ import logging
 import os
 import socket
 import time
+import urllib.parse
 import uuid
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
 
 from .agent import Agent
 from .config import Settings
-from .dispatcher import Dispatcher, backoff
-from .errors import DormantError, InvalidInput, LeaseLost, ModelError, UsageError
+from .dispatcher import STORE_RETRY_MAX_S, Dispatcher, backoff
+from .errors import (
+    InvalidInput,
+    LeaseLost,
+    ModelError,
+    Overloaded,
+    SchemaError,
+    StoreFull,
+    StoreLocked,
+    UsageError,
+)
 from .metrics import RuntimeStats
 from .models.base import collect
 from .records import (
@@ -38,10 +54,19 @@ from .records import (
 )
 from .scheduler import Scheduler
 from .slice import InlineCall, InlineResult, Turn
-from .store import Store, open_store
+from .store import Store, open_store, store_options
 from .tools import ToolContext
 
 log = logging.getLogger("dormant.runtime")
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, fit for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 class Runtime:
@@ -64,11 +89,7 @@ class Runtime:
             raise UsageError("a runtime needs at least one agent")
         self.settings = settings or Settings.from_env()
         if isinstance(store, str):
-            options: dict[str, Any] = {"max_input_bytes": self.settings.max_input_bytes}
-            if store.startswith("sqlite://"):
-                options["synchronous"] = self.settings.synchronous
-                options["view_cache_bytes"] = self.settings.view_cache_bytes
-            store = open_store(store, **options)
+            store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -105,9 +126,20 @@ class Runtime:
             clock=self.clock,
             on_result=self.scheduler.wake.set,
         )
+        # a store shared by several processes (PostgreSQL) can hint that another
+        # process made work ready; the poll stays the truth, the hint only cuts latency
+        subscribe = getattr(self.store, "subscribe", None)
+        if callable(subscribe):
+            subscribe(self._on_store_hint)
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
         self._opened = False
+        self._fatal: SchemaError | None = None
+        self._store_errors = 0  # slices in a row that the store could not take
+
+    def _on_store_hint(self, what: str) -> None:
+        """Wake the scheduler (``threads``) or the dispatcher (``outbox``) early."""
+        (self.dispatcher.wake if what == "outbox" else self.scheduler.wake).set()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -143,18 +175,56 @@ class Runtime:
             self._stop.set()
 
     async def run(self) -> None:
-        """Run the scheduler and the dispatcher until :meth:`stop`."""
+        """Run the scheduler and the dispatcher until :meth:`stop`.
+
+        Store failures (locked, full) do not end it: work pauses and resumes by
+        itself. A damaged database does: running slices and calls finish, then
+        :class:`SchemaError` is raised with what to do.
+        """
         await self.open()
         if self._stop is not None and not self._stop.is_set():
             raise UsageError("this runtime is already running")
         self._stop = asyncio.Event()
+        self._fatal = None
         if self._stop_requested:
             self._stop.set()
+        loops = [
+            asyncio.create_task(self.scheduler.run(self._stop), name="dormant-scheduler"),
+            asyncio.create_task(self.dispatcher.run(self._stop), name="dormant-dispatcher"),
+        ]
         try:
-            await asyncio.gather(self.scheduler.run(self._stop), self.dispatcher.run(self._stop))
+            await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+            self._stop.set()  # if a loop ended with an error, the other one finishes its work
+            await asyncio.wait(loops)
+        except BaseException:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            raise
         finally:
             self._stop.set()
             self._stop_requested = False
+        for task in loops:
+            error = None if task.cancelled() else task.exception()
+            if isinstance(error, SchemaError):
+                self._halt(error)
+            elif error is not None:
+                raise error
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _halt(self, exc: SchemaError) -> None:
+        """Stop the runtime because the database is damaged; :meth:`run` raises why."""
+        if self._fatal is None:
+            log.critical("store_damaged", extra={"error": str(exc)})
+            url = redact(self.store.url)
+            self._fatal = SchemaError(
+                f"{exc} — dormant stopped. Stop every process using {url}, run "
+                f"`dormant doctor --store {url}` to see what is damaged, and restore "
+                "the database from a backup before starting again"
+            )
+            self._fatal.__cause__ = exc
+        self.stop()
 
     async def run_until_idle(self, timeout: float | None = None) -> None:
         """Run until no input is ready, no slice runs and no tool call is open.
@@ -166,7 +236,7 @@ class Runtime:
         try:
             async with asyncio.timeout(timeout):
                 while not runner.done():
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.005)
                     if self.scheduler.active or self.dispatcher.active:
                         continue
                     if not await self.store.has_work():
@@ -271,10 +341,16 @@ class Runtime:
         except asyncio.CancelledError:
             self.stats.leases_lost += 1
             raise
+        except SchemaError as exc:
+            self._halt(exc)
+        except (StoreFull, StoreLocked, Overloaded) as exc:
+            self.stats.slice_failures += 1
+            await self._store_unavailable(claim, exc)
         except Exception as exc:
             self.stats.slice_failures += 1
             await self._failed(claim, exc)
         else:
+            self._store_errors = 0
             self.stats.slices += 1
             self.stats.slice_latency.add(time.perf_counter() - started)
             self.dispatcher.wake.set()
@@ -293,8 +369,12 @@ class Runtime:
             now=self.clock(),
         )
         while turn.wants_model:
-            async with asyncio.timeout(self.settings.model_timeout_s):
-                reply = await collect(agent.model.stream(turn.request()))
+            try:
+                async with asyncio.timeout(self.settings.model_timeout_s):
+                    reply = await collect(agent.model.stream(turn.request()))
+            except TimeoutError:
+                timeout = self.settings.model_timeout_s
+                raise ModelError(f"the model did not answer within {timeout:g}s") from None
             self.stats.completions += 1
             inline = turn.on_reply(reply)
             if inline:
@@ -342,9 +422,33 @@ class Runtime:
                 extra={"thread_id": claim.thread_id, "error": reason, "failed": fail},
             )
             await self.store.release(claim, retry_at=self.clock() + delay, error=reason, fail=fail)
-        except DormantError as store_exc:
+        except Exception as store_exc:
             # the lease will expire by itself; the inputs are still pending
             log.error(
                 "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": str(store_exc)},
+                extra={"thread_id": claim.thread_id, "error": f"{type(store_exc).__name__}: {store_exc}"},
+            )
+
+    async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:
+        """The store could not take the slice (locked, full, overloaded): not the thread's fault.
+
+        The thread's failure count is left alone; it is retried after a backoff that
+        grows while the store keeps failing, and claiming pauses as long.
+        """
+        self._store_errors += 1
+        delay = backoff(min(self._store_errors, 16), self.settings.retry_base_s, STORE_RETRY_MAX_S)
+        if isinstance(exc, Overloaded):
+            delay = max(delay, exc.retry_after)
+        self.scheduler.hold(delay)
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning(
+            "slice_store_unavailable",
+            extra={"thread_id": claim.thread_id, "error": error, "retry_in_s": round(delay, 3)},
+        )
+        try:
+            await self.store.release(claim, retry_at=self.clock() + delay)
+        except Exception as release_exc:
+            log.error(
+                "slice_release_failed",
+                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
             )

@@ -4,15 +4,23 @@ It claims only what it can run right now (free slots), so it never holds an
 in-memory backlog: waiting work stays in the store. Leases of running slices are
 renewed in one store call per period; a slice whose lease was lost is cancelled
 (its commit would be refused anyway).
+
+The loop survives the store failing under it (locked by another process, disk
+full, ...): a failed claim is logged and retried with a capped backoff, and
+:meth:`Scheduler.hold` lets the runtime pause claiming while the store cannot
+take commits. Only a damaged database (:class:`~dormant.errors.SchemaError`)
+ends the loop, with that error: nothing can run on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
-from .errors import DormantError
+from .dispatcher import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
+from .errors import SchemaError
 from .records import Claim
 from .store.base import Store
 
@@ -40,25 +48,47 @@ class Scheduler:
         self.poll_s = poll_s
         self.wake = asyncio.Event()
         self._running: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
+        self._hold_until = 0.0  # time.monotonic() before which nothing is claimed
+        self.claim_failures = 0  # failed claims in a row (0 when the store answers)
 
     @property
     def active(self) -> int:
         """Slices running now."""
         return len(self._running)
 
+    def hold(self, seconds: float) -> None:
+        """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""
+        self._hold_until = max(self._hold_until, time.monotonic() + seconds)
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Claim and run slices until ``stop`` is set; then wait for running slices."""
+        """Claim and run slices until ``stop`` is set; then wait for running slices.
+
+        Raises :class:`SchemaError` (after running slices end) if the database is damaged.
+        """
         renewer = asyncio.create_task(self._renew(stop), name="dormant-lease-renewer")
         try:
             while not stop.is_set():
+                held = self._hold_until - time.monotonic()
+                if held > 0:
+                    await pause(stop, min(held, self.poll_s * 10))
+                    continue
                 self.wake.clear()  # before claiming, so a wake-up during the claim is kept
                 free = self.concurrency - len(self._running)
                 claims: list[Claim] = []
                 if free > 0:
                     try:
                         claims = await self.store.claim_threads(self.worker, free, self.lease_s)
-                    except DormantError as exc:
-                        log.warning("claim_failed", extra={"error": str(exc)})
+                    except SchemaError:
+                        raise
+                    except Exception as exc:  # the loop must outlive any store failure
+                        self.claim_failures += 1
+                        log_store_failure(log, "claim_failed", exc, self.claim_failures)
+                        delay = backoff(self.claim_failures, self.poll_s, STORE_RETRY_MAX_S)
+                        await pause(stop, delay)
+                        continue
+                    if self.claim_failures:
+                        log.warning("claims_resumed", extra={"failures": self.claim_failures})
+                        self.claim_failures = 0
                 for claim in claims:
                     task = asyncio.create_task(self._guard(claim), name=f"slice:{claim.thread_id}")
                     self._running[claim.thread_id] = (claim, task)
@@ -94,8 +124,8 @@ class Scheduler:
                 continue
             try:
                 kept = await self.store.renew_leases(claims, self.lease_s)
-            except DormantError as exc:
-                log.warning("lease_renew_failed", extra={"error": str(exc)})
+            except Exception as exc:  # renewals go on; a lease that expires meanwhile is lost
+                log.warning("lease_renew_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 continue
             held = {c.thread_id: c for c in kept}
             for claim in claims:

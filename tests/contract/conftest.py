@@ -1,22 +1,24 @@
 """The store backends the contract suite runs against.
 
 Every test in ``tests/contract`` takes the ``store`` fixture and so runs once per
-entry of :data:`BACKENDS`. To add a backend (PostgreSQL), add one
-:class:`Backend` whose ``make`` builds an unopened store on a fresh database or
-schema for the test; skip there (``pytest.skip``) when its server is not
-configured, and fail instead under ``CI=true``.
+entry of :data:`BACKENDS`. To add a backend, add one :class:`Backend` whose
+``make`` builds an unopened store on a fresh database or schema for the test.
+A backend that needs a server names the fixture that provides it (``needs``):
+PostgreSQL takes ``pg_url``, a fresh schema, which skips when no server can be
+had and fails instead under ``CI=true``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from dormant.store.base import Store
 from dormant.store.memory import MemoryStore
+from dormant.store.postgres import PostgresStore
 from dormant.store.sqlite import SQLiteStore
 from tests.helpers import FakeClock
 
@@ -33,6 +35,9 @@ class Backend:
     make: StoreFactory
     durable: bool  # survives close and reopen
     shared: bool  # several store objects (workers) can open the same database
+    #: a fixture giving the server URL: ``make`` is then built by ``bind(url)`` per test
+    needs: str | None = None
+    bind: Callable[[str], StoreFactory] | None = None
 
 
 def _memory(tmp_path: Path, clock: FakeClock) -> Store:
@@ -43,9 +48,21 @@ def _sqlite(tmp_path: Path, clock: FakeClock) -> Store:
     return SQLiteStore(f"sqlite:///{tmp_path}/x.db", clock=clock)
 
 
+def _unbound(tmp_path: Path, clock: FakeClock) -> Store:
+    raise AssertionError("this backend's factory is built per test by the backend fixture")
+
+
+def _postgres(url: str) -> StoreFactory:
+    def make(tmp_path: Path, clock: FakeClock) -> Store:
+        return PostgresStore(url, clock=clock, pool_size=2)
+
+    return make
+
+
 BACKENDS = [
     Backend("memory", _memory, durable=False, shared=False),
     Backend("sqlite", _sqlite, durable=True, shared=True),
+    Backend("postgres", _unbound, durable=True, shared=True, needs="pg_url", bind=_postgres),
 ]
 
 
@@ -53,7 +70,9 @@ BACKENDS = [
 def backend(request: pytest.FixtureRequest) -> Backend:
     """The backend under test (one run of each contract test per backend)."""
     chosen: Backend = request.param
-    return chosen
+    if chosen.needs is None or chosen.bind is None:
+        return chosen
+    return replace(chosen, make=chosen.bind(request.getfixturevalue(chosen.needs)))
 
 
 @pytest.fixture

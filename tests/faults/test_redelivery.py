@@ -21,8 +21,11 @@ def settings() -> Settings:
     return Settings.build(concurrency=16, poll_s=0.01, retry_base_s=0.01, retry_max_s=0.05)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        pg_url: str = request.getfixturevalue("pg_url")
+        return pg_url
     return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/redelivery.db"
 
 

@@ -26,9 +26,12 @@ def fast_settings(**overrides: Any) -> Settings:
     return Settings.build(**values)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store URL of each backend."""
+    """A fresh store URL of each backend (PostgreSQL: a fresh schema, see ``pg_url``)."""
     if request.param == "memory":
         return "memory://"
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        return url
     return f"sqlite:///{tmp_path}/dormant.db"

@@ -1,4 +1,4 @@
-"""``dormant bench`` commands: ``scale`` and ``plot``."""
+"""``dormant bench`` commands: ``scale``, ``plot`` and ``chaos``."""
 
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ SHOWN = (
 def _run_one(kind: str, params: dict[str, object], out: Path) -> dict[str, object]:
     """Run one store in a fresh process (so stores never share a heap) with a progress bar."""
     payload = json.dumps({"kind": kind, "out": str(out), **params})
-    cmd = [sys.executable, "-m", "dormant.bench.scale", payload]
+    # with worker processes the benchmark process only drives the workload
+    module = "dormant.bench.scale_workers" if params.get("workers") else "dormant.bench.scale"
+    cmd = [sys.executable, "-m", module, payload]
     with Progress(
         TextColumn(f"[bold]{kind}[/]"),
         BarColumn(),
@@ -87,6 +89,15 @@ def scale(
     view_messages: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_VIEW_MESSAGES")] = 64,
     view_bytes: Annotated[int, typer.Option(min=1024, envvar="DORMANT_BENCH_VIEW_BYTES")] = 256 * 1024,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/scale"),
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="DORMANT_BENCH_WORKERS",
+            help="run the runtime in this many worker processes on the store (0: inside the "
+            "benchmark process); RSS is then per worker",
+        ),
+    ] = 0,
 ) -> None:
     """The agent_scale workload: RSS against agents, turns per second.
 
@@ -106,6 +117,11 @@ def scale(
         "view_messages": view_messages,
         "view_bytes": view_bytes,
     }
+    if workers:
+        if "memory" in kinds:
+            console.print("[red]error:[/] --workers needs a store processes can share (postgres, sqlite)")
+            raise typer.Exit(2)
+        params["workers"] = workers
     dirs = [out] if len(kinds) == 1 else [out / kind for kind in kinds]
     summaries = [_run_one(kind, params, d) for kind, d in zip(kinds, dirs, strict=True)]
     chart = plot_runs(dirs, out / "rss.png")
@@ -127,3 +143,65 @@ def plot(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     console.print(f"wrote {chart}")
+
+
+@bench_app.command("chaos")
+def chaos(
+    kills: Annotated[
+        int, typer.Option(min=0, envvar="DORMANT_BENCH_KILLS", help="SIGKILLs to survive.")
+    ] = 200,
+    threads: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_THREADS")] = 500,
+    turns: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_TURNS")] = 10,
+    concurrency: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CONCURRENCY")] = 32,
+    lease_s: Annotated[
+        float, typer.Option(min=0.1, envvar="DORMANT_BENCH_LEASE_S", help="Lease of threads and tool calls.")
+    ] = 1.0,
+    seed: Annotated[
+        int | None, typer.Option(envvar="DORMANT_BENCH_SEED", help="Seed of the kill times.")
+    ] = None,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/chaos"),
+) -> None:
+    """Kill -9 a worker at random moments, restart it each time, then verify the store.
+
+    Writes ``OUT/summary.json`` (and ``OUT/runs.csv``); exits 1 if any check fails.
+    """
+    from .chaos import ChaosConfig, run_chaos
+
+    config = ChaosConfig(
+        out=out,
+        threads=threads,
+        turns=turns,
+        kills=kills,
+        concurrency=concurrency,
+        lease_s=lease_s,
+        seed=seed,
+    )
+    console.print(
+        f"chaos: {threads} threads x {turns} turns, {kills} kills, concurrency {concurrency}, "
+        f"lease {lease_s:g}s, out {out}"
+    )
+    summary = run_chaos(config, echo=console.print)
+    table = Table(title="chaos")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        if key not in ("config", "problems"):
+            table.add_row(key, str(value))
+    console.print(table)
+    for problem in summary["problems"][:20]:
+        console.print(f"[red]problem:[/] {problem}")
+    console.print(f"wrote {out / 'summary.json'}")
+    if summary["passed"]:
+        console.print(
+            f"PASS: {summary['kills']} kills survived, {summary['inputs']:,} inputs verified, "
+            f"recovery p50 {summary['recovery_p50_ms']} ms / p95 {summary['recovery_p95_ms']} ms",
+            soft_wrap=True,
+        )
+        return
+    console.print(
+        f"FAIL: lost {summary['lost']}, duplicated {summary['duplicated']}, unpaired tool calls "
+        f"{summary['unpaired_tool_calls']}, order violations {summary['order_violations']}, "
+        f"integrity ok {summary['integrity_ok']} after {summary['kills']} kills",
+        soft_wrap=True,
+    )
+    raise typer.Exit(1)

@@ -18,7 +18,6 @@ import csv
 import ctypes
 import gc
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -63,6 +62,7 @@ def make_agent() -> Agent:
     model = ScriptedModel(
         tool_round_trip("run_command", TOOL_ARGS, ASSISTANT_TEXT, repeat=ASSISTANT_REPEAT),
         name="scripted-agent-scale",
+        chunk=len(ASSISTANT_TEXT),  # the text streams as 12 pieces, as the workload says
     )
     return Agent(name="coder", model=model, system_prompt="You fix failing tests.", tools=[run_command])
 
@@ -140,6 +140,7 @@ class ScaleResult:
     turn_latency_first_ms: float
     turn_latency_last_ms: float
     store_commits: int
+    turn_latency_ms: list[float] = field(default_factory=list)
     waves: list[WaveRow] = field(default_factory=list)
 
 
@@ -150,10 +151,9 @@ def store_url(kind: str, workdir: Path) -> str:
     if kind == "memory":
         return "memory://"
     if kind == "postgres":
-        dsn = os.environ.get("DORMANT_BENCH_PG_DSN") or os.environ.get("DORMANT_TEST_PG_DSN")
-        if not dsn:
-            raise SystemExit("--store postgres needs DORMANT_BENCH_PG_DSN (a PostgreSQL URL)")
-        return dsn
+        from .pg import bench_postgres_url
+
+        return bench_postgres_url()
     raise SystemExit(f"unknown store {kind!r}: sqlite, memory or postgres")
 
 
@@ -253,6 +253,7 @@ async def run_scale(
         turn_latency_first_ms=round(statistics.fmean(turn_times.get(0, [0.0])) * 1000, 2),
         turn_latency_last_ms=round(statistics.fmean(turn_times.get(turns - 1, [0.0])) * 1000, 2),
         store_commits=commits,
+        turn_latency_ms=[round(statistics.fmean(turn_times[t]) * 1000, 2) for t in sorted(turn_times)],
         waves=rows,
     )
     write_outputs(result, out)

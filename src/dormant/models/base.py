@@ -70,10 +70,12 @@ async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = 4 * 102
     ids: dict[int, str] = {}
     names: dict[int, str] = {}
     async for event in events:
-        if isinstance(event, TextDelta):
-            text.append(event.text)
-            size += len(event.text)
+        if type(event) is TextDelta:  # exact type check: this loop runs per streamed piece
+            piece = event.text
+            text.append(piece)
+            size += len(piece)
         else:
+            assert isinstance(event, ToolCallDelta)
             calls.setdefault(event.index, []).append(event.arguments)
             size += len(event.arguments)
             if event.id:

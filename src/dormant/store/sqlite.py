@@ -1,47 +1,31 @@
-"""The SQLite backend: one file, WAL, one group-committing writer, separate readers.
+"""The SQLite backend: one file, WAL, one group-committing writer, a reader connection.
 
 Why apsw rather than the stdlib ``sqlite3``: it bundles a current SQLite (3.54;
 the system library here is 3.40), it can load extensions (sqlite-vec for the
 memory index) and it gives explicit transaction control with no hidden BEGINs.
 
-Writes never run on the caller's task: each write is a *job* queued to the
-writer, which runs many jobs in one ``BEGIN IMMEDIATE`` transaction, each inside
-its own savepoint (so one job's error rolls back only that job), commits once,
-and then answers every caller. A caller is answered only after the commit that
-holds its job, so nothing is acknowledged before it is durable. The queue is
-bounded in jobs and bytes; past the bound admissions fail with ``Overloaded``.
-Reads run on the event loop's thread with their own connection (WAL readers do
-not block the writer).
+Every write is a job for the :class:`~dormant.store.sqlite_writer.GroupWriter`,
+which commits many of them in one transaction and answers each caller only after
+that commit. Reads use their own connection (WAL readers do not block the
+writer). The statements live in :mod:`~dormant.store.sqlite_sql`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any
 
 import apsw
 import msgspec
 
 from .. import inbox
 from ..context import ViewCache, build_view
-from ..errors import (
-    DormantError,
-    LeaseLost,
-    NotFound,
-    Overloaded,
-    SchemaError,
-    StoreError,
-    StoreFull,
-    StoreLocked,
-    UsageError,
-)
+from ..errors import LeaseLost, NotFound, SchemaError, StoreError, UsageError
 from ..records import (
     Admission,
     Claim,
@@ -52,191 +36,40 @@ from ..records import (
     OutboxEntry,
     OutboxOutcome,
     Page,
-    Priority,
     SliceLoad,
     StoreStatus,
     Thread,
-    ToolCall,
     ViewLimits,
 )
 from .base import clamp_limit, seq_cursor
-
-T = TypeVar("T")
-# apsw.Connection; typed Any because rows are untyped tuples until converted below
-Conn = Any
-Job = Callable[[Conn], Any]
-
-SCHEMA_VERSION = 1
-#: Ordered migrations: (version reached, SQL). A new database runs the schema file.
-MIGRATIONS: list[tuple[int, str]] = []
-
-_tool_calls_codec = msgspec.json.Decoder(tuple[ToolCall, ...])
-_encode = msgspec.json.encode
-
-THREAD_COLS = (
-    "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at"
+from .sqlite_sql import (
+    CLAIM_OUTBOX,
+    CLAIM_THREADS,
+    FINISH_SLICE,
+    INSERT_CALL,
+    INSERT_INPUT,
+    INSERT_MESSAGE,
+    LOAD_SLICE,
+    MARK_READY,
+    MESSAGE_COLS,
+    MIGRATIONS,
+    OUTBOX_COLS,
+    REFRESH_READY,
+    SCHEMA_VERSION,
+    THREAD_COLS,
+    THREAD_WIDTH,
+    encode,
+    file_size,
+    path_from_url,
+    row_entry,
+    row_input,
+    row_message,
+    row_thread,
+    translate,
 )
-INPUT_COLS = (
-    "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
-    "call_id, tool_name, is_error, source"
-)
-MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at"
-OUTBOX_COLS = (
-    "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
-    "lease_token, last_error, created_at"
-)
+from .sqlite_writer import Conn, GroupWriter, Job
 
-# Recompute a thread's readiness from its consumable pending inputs.
-REFRESH_READY = """
-UPDATE threads SET
-  ready_key = CASE WHEN status = 'active' THEN (
-      SELECT MIN(i.sort_key) FROM inputs i
-      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END,
-  ready_at = CASE WHEN status = 'active' THEN (
-      SELECT MIN(i.not_before) FROM inputs i
-      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END
-WHERE id = ?
-"""
-CLAIM_THREADS = """
-UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = :expires
-WHERE id IN (
-    SELECT id FROM threads
-    WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
-    ORDER BY ready_key LIMIT :limit)
-RETURNING id
-"""
-CLAIM_OUTBOX = f"""
-UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = :token,
-                  lease_owner = :worker, lease_expires = :expires
-WHERE id IN (
-    SELECT id FROM outbox WHERE status = 'pending' AND available_at <= :now
-    ORDER BY available_at LIMIT :limit)
-RETURNING {OUTBOX_COLS}
-"""
-INSERT_INPUT = """
-INSERT INTO inputs (thread_id, dedup_key, kind, priority, not_before, admitted_at, sort_key,
-                    content, call_id, tool_name, is_error, source)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-RETURNING id
-"""
-INSERT_MESSAGE = """
-INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name, source,
-                      input_id, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-INSERT_CALL = """
-INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
-                    created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-"""
-# Release a committed slice's lease and recompute readiness with the new awaiting count
-# (:awaiting, not the column: SET expressions see the row's old values).
-FINISH_SLICE = """
-UPDATE threads SET
-  last_seq = coalesce(:last_seq, last_seq), awaiting = :awaiting, failures = 0, error = NULL,
-  lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = :now,
-  ready_key = (SELECT MIN(i.sort_key) FROM inputs i
-               WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result')),
-  ready_at = (SELECT MIN(i.not_before) FROM inputs i
-              WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result'))
-WHERE id = :id AND lease_token = :token AND (:first_seq IS NULL OR last_seq = :first_seq - 1)
-RETURNING agent
-"""
-MARK_READY = """
-UPDATE threads SET ready_key = min(coalesce(ready_key, ?1), ?1),
-                   ready_at = min(coalesce(ready_at, ?2), ?2)
-WHERE id = ?3 AND status = 'active' AND (awaiting = 0 OR ?4 = 'tool_result')
-"""
-
-
-def translate(exc: BaseException) -> BaseException:
-    """Turn an apsw error into the dormant error a caller should see."""
-    if isinstance(exc, DormantError) or not isinstance(exc, apsw.Error):
-        return exc
-    if isinstance(exc, apsw.FullError):
-        new: StoreError = StoreFull(f"the database or its disk is full: {exc}")
-    elif isinstance(exc, apsw.BusyError | apsw.LockedError):
-        new = StoreLocked(f"the database stayed locked past the busy timeout: {exc}")
-    elif isinstance(exc, apsw.CorruptError | apsw.NotADBError):
-        new = SchemaError(f"the database file is damaged ({exc}); run `dormant doctor`")
-    else:
-        new = StoreError(f"SQLite error: {exc}")
-    new.__cause__ = exc
-    return new
-
-
-def _path_from_url(url: str) -> str:
-    """The file of a SQLite URL: ``sqlite:///rel.db`` is relative, ``sqlite:////abs.db`` absolute."""
-    if not url.startswith("sqlite:///"):
-        raise UsageError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/file.db)")
-    path = url[len("sqlite:///") :]
-    if not path or path.endswith("/"):
-        raise UsageError(f"SQLite URL has no file path: {url!r}")
-    return path
-
-
-def _thread(row: Sequence[Any]) -> Thread:
-    return Thread(
-        id=row[0],
-        agent=row[1],
-        parent_id=row[2],
-        parent_seq=row[3],
-        status=row[4],
-        last_seq=row[5],
-        awaiting=row[6],
-        failures=row[7],
-        error=row[8],
-        created_at=row[9],
-        updated_at=row[10],
-    )
-
-
-def _input(row: Sequence[Any]) -> Input:
-    return Input(
-        id=row[0],
-        thread_id=row[1],
-        kind=row[2],
-        dedup_key=row[3],
-        content=row[4],
-        priority=Priority(row[5]),
-        not_before=row[6],
-        admitted_at=row[7],
-        call_id=row[8],
-        tool_name=row[9],
-        is_error=bool(row[10]),
-        source=row[11],
-    )
-
-
-def _message(row: Sequence[Any]) -> Message:
-    return Message(
-        seq=row[0],
-        role=row[1],
-        content=row[2],
-        tool_calls=_tool_calls_codec.decode(row[3]) if row[3] else (),
-        tool_call_id=row[4],
-        name=row[5],
-        source=row[6],
-        input_id=row[7],
-        created_at=row[8],
-    )
-
-
-def _entry(row: Sequence[Any]) -> OutboxEntry:
-    return OutboxEntry(
-        id=row[0],
-        thread_id=row[1],
-        agent=row[2],
-        call_id=row[3],
-        tool=row[4],
-        arguments=row[5],
-        status=row[6],
-        attempts=row[7],
-        idempotent=bool(row[8]),
-        token=row[9],
-        last_error=row[10],
-        created_at=row[11],
-    )
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore", "translate"]
 
 
 class SQLiteStore:
@@ -250,36 +83,38 @@ class SQLiteStore:
         busy_timeout_ms: int = 5000,
         page_size: int = 16384,
         view_cache_bytes: int = 32 * 1024 * 1024,
+        writer_thread: bool = False,
         max_input_bytes: int = inbox.DEFAULT_MAX_INPUT_BYTES,
         batch_jobs: int = 512,
         batch_bytes: int = 8 * 1024 * 1024,
         queue_jobs: int = 20_000,
         queue_bytes: int = 64 * 1024 * 1024,
+        max_page_count: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
             raise UsageError(f"synchronous must be NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.url = url
-        self.path = _path_from_url(url)
+        self.path = path_from_url(url)
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
         self.page_size = page_size
         self.views = ViewCache(view_cache_bytes)
+        self.writer_thread = writer_thread
         self.max_input_bytes = max_input_bytes
         self.batch_jobs = batch_jobs
         self.batch_bytes = batch_bytes
         self.queue_jobs = queue_jobs
         self.queue_bytes = queue_bytes
+        # a cap on the file's size in pages: past it writes fail with StoreFull (a quota,
+        # and how the fault tests fill the "disk"); see set_max_page_count
+        self.max_page_count = max_page_count
         self.clock = clock
         self._reader: Conn | None = None
         self._writer: Conn | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._queue: deque[tuple[Job, asyncio.Future[Any], int]] = deque()
-        self._queued_bytes = 0
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._writer_queue: GroupWriter | None = None
         self._closing = False
-        self.commits = 0  # transactions committed by the writer (for benchmarks)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -287,34 +122,96 @@ class SQLiteStore:
         try:
             conn = apsw.Connection(self.path)
             conn.setbusytimeout(self.busy_timeout_ms)
+            # Query planner stability: without it, this SQLite (built with STAT4)
+            # re-prepares a statement whenever a bound value compared with an indexed
+            # column changes, i.e. on nearly every execution (measured 3-5x per query).
+            conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1)
             # only takes effect on a new file, and only before WAL mode is set
             conn.execute(f"PRAGMA page_size={self.page_size}")
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._enable_wal(conn)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
+            if self.max_page_count is not None:
+                conn.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
             return conn
         except apsw.Error as exc:
             raise translate(exc) from exc
 
+    def _enable_wal(self, conn: Conn) -> None:
+        """Put the file in WAL mode, waiting up to the busy timeout for other processes.
+
+        Switching a new file to WAL takes a lock that SQLite's busy handler does not
+        wait for: a second process opening the same new file at the same moment gets
+        SQLITE_BUSY at once (two ``dormant run`` started together, say). Retry instead.
+        """
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except apsw.BusyError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
+
     async def open(self) -> None:
         """Open connections, create or migrate the schema, start the writer."""
-        if self._task is not None:
+        if self._writer_queue is not None:
             return
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise UsageError(f"directory {directory!r} of the database does not exist")
-        self._writer = self._connect()
+        try:
+            self._writer = self._connect()
+        except SchemaError as exc:
+            raise self._damaged(exc) from exc.__cause__
         try:
             self._migrate(self._writer)
-        except BaseException:
+        except BaseException as exc:
             self._writer.close()
             self._writer = None
+            if isinstance(exc, SchemaError):
+                raise self._damaged(exc) from exc.__cause__
             raise
         self._reader = self._connect()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dormant-writer")
-        self._wake = asyncio.Event()
+        if self.writer_thread:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dormant-writer")
         self._closing = False
-        self._task = asyncio.create_task(self._write_loop(), name="dormant-sqlite-writer")
+        self._writer_queue = GroupWriter(
+            self._writer,
+            executor=self._executor,
+            batch_jobs=self.batch_jobs,
+            batch_bytes=self.batch_bytes,
+            queue_jobs=self.queue_jobs,
+            queue_bytes=self.queue_bytes,
+        )
+
+    def _damaged(self, exc: SchemaError) -> SchemaError:
+        """``exc``, reworded to say what to do when the file itself is damaged."""
+        if not isinstance(exc.__cause__, apsw.CorruptError | apsw.NotADBError):
+            return exc  # e.g. a schema newer than this dormant: its message says what to do
+        return SchemaError(
+            f"cannot open {self.path!r}: the database file is damaged ({exc.__cause__}). Stop every "
+            f"dormant process using it, run `dormant doctor --store {self.url}` to see what is "
+            f"damaged, then restore the file from a backup (or salvage what is readable with "
+            f"`sqlite3 {self.path} .recover`)"
+        )
+
+    async def set_max_page_count(self, pages: int | None) -> int:
+        """Change the size cap of the file (None: SQLite's maximum); returns the cap in force.
+
+        Lowering it below the current size caps it at the current size. Raising it is
+        how space is "freed" when the cap was what filled the store.
+        """
+        self.max_page_count = pages
+        limit = 0xFFFFFFFE if pages is None else int(pages)
+
+        def job(conn: Conn) -> int:
+            row = conn.execute(f"PRAGMA max_page_count={limit}").fetchone()
+            return int(row[0])
+
+        result: int = await self._write(job)
+        return result
 
     def _migrate(self, conn: Conn) -> None:
         try:
@@ -354,15 +251,14 @@ class SQLiteStore:
 
     async def close(self) -> None:
         """Let queued writes finish, stop the writer, close connections."""
-        if self._task is None:
+        if self._writer_queue is None:
             return
         self._closing = True
-        assert self._wake is not None
-        self._wake.set()
-        await self._task
-        self._task = None
-        assert self._executor is not None
-        self._executor.shutdown(wait=True)
+        await self._writer_queue.close()
+        self._writer_queue = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         for conn in (self._reader, self._writer):
             if conn is not None:
                 conn.close()
@@ -371,110 +267,14 @@ class SQLiteStore:
     # -- the writer ------------------------------------------------------------------
 
     async def _write(self, job: Job, size: int = 256) -> Any:
-        if self._task is None or self._closing:
+        if self._writer_queue is None or self._closing:
             raise StoreError("the store is not open")
-        if len(self._queue) >= self.queue_jobs or self._queued_bytes + size > self.queue_bytes:
-            raise Overloaded("the store's write queue is full", retry_after=0.5)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((job, future, size))
-        self._queued_bytes += size
-        assert self._wake is not None
-        self._wake.set()
-        return await future
+        return await self._writer_queue.submit(job, size)
 
-    async def _write_loop(self) -> None:
-        assert self._wake is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._queue:
-                if self._closing:
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-                continue
-            batch: list[tuple[Job, asyncio.Future[Any], int]] = []
-            size = 0
-            while self._queue and len(batch) < self.batch_jobs and size < self.batch_bytes:
-                item = self._queue.popleft()
-                batch.append(item)
-                size += item[2]
-            self._queued_bytes -= size
-            results = (
-                self._apply([b[0] for b in batch])
-                if os.environ.get("INLINE")
-                else await loop.run_in_executor(self._executor, self._apply, [b[0] for b in batch])
-            )
-            for (_, future, _), (ok, value) in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
-
-    def _apply(self, jobs: list[Job]) -> list[tuple[bool, Any]]:
-        """Run ``jobs`` in one transaction (writer thread).
-
-        Fast path: all jobs back to back, one COMMIT. If any job raises, the whole
-        transaction is rolled back and the batch re-run with one savepoint per job,
-        so a failing job takes only its own changes with it.
-        """
-        conn = self._writer
-        assert conn is not None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except apsw.Error as exc:
-            err = translate(exc)
-            return [(False, err)] * len(jobs)
-        try:
-            values = [job(conn) for job in jobs]
-        except BaseException:  # re-run carefully below
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return self._apply_careful(jobs)
-        try:
-            conn.execute("COMMIT")
-        except apsw.Error as exc:
-            err = translate(exc)
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return [(False, err)] * len(jobs)
-        self.commits += 1
-        return [(True, value) for value in values]
-
-    def _apply_careful(self, jobs: list[Job]) -> list[tuple[bool, Any]]:
-        """Run ``jobs`` in one transaction, one savepoint each."""
-        conn = self._writer
-        assert conn is not None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except apsw.Error as exc:
-            err = translate(exc)
-            return [(False, err)] * len(jobs)
-        results: list[tuple[bool, Any]] = []
-        for job in jobs:
-            try:
-                conn.execute("SAVEPOINT job")
-                value = job(conn)
-                conn.execute("RELEASE job")
-                results.append((True, value))
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                    results.append((False, translate(exc)))
-                else:  # SQLite rolled the whole transaction back (e.g. disk full)
-                    err = translate(exc)
-                    return [(False, err)] * len(jobs)
-        try:
-            conn.execute("COMMIT")
-        except apsw.Error as exc:
-            err = translate(exc)
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return [(False, err)] * len(jobs)
-        self.commits += 1
-        return results
+    @property
+    def commits(self) -> int:
+        """Transactions committed by the writer (for benchmarks)."""
+        return self._writer_queue.commits if self._writer_queue else 0
 
     def _read(self) -> Conn:
         if self._reader is None:
@@ -502,7 +302,7 @@ class SQLiteStore:
         row = conn.execute(f"SELECT {THREAD_COLS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
         if row is None:
             raise NotFound(f"no thread {thread_id!r}")
-        return _thread(row)
+        return row_thread(row)
 
     async def get_thread(self, thread_id: str) -> Thread:
         """The thread's row; NotFound if missing."""
@@ -550,14 +350,6 @@ class SQLiteStore:
                 "ON CONFLICT (id) DO NOTHING",
                 (item.thread_id, item.agent, now, now),
             )
-        known = conn.execute(
-            "SELECT input_id FROM input_keys WHERE thread_id = ? AND dedup_key = ?",
-            (item.thread_id, item.dedup_key),
-        ).fetchone()
-        if known is not None:
-            return Admission(
-                input_id=known[0], thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=True
-            )
         key = inbox.sort_key(item, now)
         try:
             input_id = conn.execute(
@@ -581,10 +373,21 @@ class SQLiteStore:
             if "FOREIGN KEY" in str(exc):
                 raise NotFound(f"no thread {item.thread_id!r} (pass an agent to create it)") from None
             raise
+        # the dedup key decides; a duplicate (rare) takes its just-inserted row back out
         conn.execute(
-            "INSERT INTO input_keys (thread_id, dedup_key, input_id) VALUES (?, ?, ?)",
+            "INSERT INTO input_keys (thread_id, dedup_key, input_id) VALUES (?, ?, ?) "
+            "ON CONFLICT (thread_id, dedup_key) DO NOTHING",
             (item.thread_id, item.dedup_key, input_id),
         )
+        if conn.changes() == 0:
+            conn.execute("DELETE FROM inputs WHERE id = ?", (input_id,))
+            known = conn.execute(
+                "SELECT input_id FROM input_keys WHERE thread_id = ? AND dedup_key = ?",
+                (item.thread_id, item.dedup_key),
+            ).fetchone()
+            return Admission(
+                input_id=known[0], thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=True
+            )
         conn.execute(MARK_READY, (key, item.not_before, item.thread_id, item.kind))
         return Admission(
             input_id=input_id, thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=False
@@ -615,24 +418,25 @@ class SQLiteStore:
         """Thread row, bounded view and ready inputs of a claimed thread."""
         conn = self._read()
         try:
-            thread = self._get_thread(conn, claim.thread_id)
-            now = self.clock()
-            rows = conn.execute(
-                f"SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ? "
-                "AND not_before <= ? AND (? = 0 OR kind = 'tool_result') ORDER BY id LIMIT ?",
-                (claim.thread_id, now, thread.awaiting, limits.max_inputs),
-            ).fetchall()
+            # the thread row and its ready inputs in one statement (one row per input,
+            # or one row with NULL input columns)
+            rows = conn.execute(LOAD_SLICE, (self.clock(), claim.thread_id, limits.max_inputs)).fetchall()
+            if not rows:
+                raise NotFound(f"no thread {claim.thread_id!r}")
+            thread = row_thread(rows[0])
             inputs: list[Input] = []
             size = 0
             for row in rows:
-                size += len(row[4])
+                if row[THREAD_WIDTH] is None:
+                    break
+                size += len(row[THREAD_WIDTH + 4])
                 if inputs and size > limits.max_input_bytes:
                     break
-                inputs.append(_input(row))
+                inputs.append(row_input(row[THREAD_WIDTH:]))
 
             def fetch(thread_id: str, max_seq: int, limit: int) -> list[Message]:
                 return [
-                    _message(r)
+                    row_message(r)
                     for r in conn.execute(
                         f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq <= ? "
                         "ORDER BY seq DESC LIMIT ?",
@@ -695,7 +499,7 @@ class SQLiteStore:
                             m.seq,
                             m.role,
                             m.content,
-                            _encode(m.tool_calls).decode() if m.tool_calls else None,
+                            encode(m.tool_calls).decode() if m.tool_calls else None,
                             m.tool_call_id,
                             m.name,
                             m.source,
@@ -813,7 +617,7 @@ class SQLiteStore:
                 "worker": worker,
                 "expires": now + lease_s,
             }
-            return sorted((_entry(r) for r in conn.execute(CLAIM_OUTBOX, params)), key=lambda e: e.id)
+            return sorted((row_entry(r) for r in conn.execute(CLAIM_OUTBOX, params)), key=lambda e: e.id)
 
         result: list[OutboxEntry] = await self._write(job)
         return result
@@ -940,7 +744,7 @@ class SQLiteStore:
             rows = conn.execute(sql, (thread_id, after, limit + 1)).fetchall()
         except apsw.Error as exc:
             raise translate(exc) from exc
-        items = tuple(_message(r) for r in rows[:limit])
+        items = tuple(row_message(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=str(items[-1].seq) if more and items else None)
 
@@ -958,7 +762,7 @@ class SQLiteStore:
             )
         except apsw.Error as exc:
             raise translate(exc) from exc
-        items = tuple(_thread(r) for r in rows[:limit])
+        items = tuple(row_thread(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=items[-1].id if more and items else None)
 
@@ -980,7 +784,7 @@ class SQLiteStore:
             )
         except apsw.Error as exc:
             raise translate(exc) from exc
-        items = tuple(_entry(r) for r in rows[:limit])
+        items = tuple(row_entry(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=str(items[-1].id) if more and items else None)
 
@@ -1029,14 +833,7 @@ class SQLiteStore:
             outbox_by_status=outbox,
             dead_letters=outbox.get("dead", 0),
             messages=messages,
-            db_bytes=_size(self.path),
-            wal_bytes=_size(self.path + "-wal"),
+            db_bytes=file_size(self.path),
+            wal_bytes=file_size(self.path + "-wal"),
             schema_version=version,
         )
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0

@@ -1,0 +1,328 @@
+"""``dormant bench chaos``: kill -9 a worker at random moments, restart it, prove nothing broke.
+
+The workload (:mod:`dormant.bench.chaos_worker`: threads x turns with async tools,
+inline tools and child threads) runs in a subprocess on one SQLite file. The
+harness SIGKILLs it ``kills`` times and starts it again each time; then a last
+run goes to the end, and :func:`~dormant.bench.chaos_check.verify` checks the
+store: every admitted input consumed exactly once, every acknowledged admission
+kept, every tool call answered exactly once, per-thread order = admission order,
+no duplicate, integrity ok, no outbox entry stuck.
+
+When to kill: most kills wait until the committed messages reach a random target
+(so they land at random points of the workload: mid-slice, mid-commit,
+mid-tool-call, mid-admission); a share of them (``early_share``), and every kill
+once the work before the last wave is done, fire at a random time within half a
+second of the restarted worker opening the store, while it recovers; and a share
+(``ack_share``) are the worker killing itself right after the store acknowledged
+its first admission (a probe input each worker admits when it starts), the
+harshest moment for "acknowledged only once durable". Killed
+runs never admit the last wave (they wait to be killed instead), so however fast
+the machine, no run can finish before its kill; the final run does it. Recovery time = process start
+→ its first committed slice, measured on every run that got that far; it includes
+the interpreter's start and, when the dead worker held every ready thread, the
+wait for its leases to expire (``lease_s``).
+
+The suite runs it small (``tests/faults/test_kill9.py``); the bench runs it big.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from .chaos_check import ChaosCounts, verify
+from .chaos_worker import expected_messages
+
+#: Longest a kill waits for its progress target before killing anyway.
+KILL_WAIT_S = 60.0
+#: A worker that commits nothing for this long short of its target has stalled: work was lost.
+STALL_S = 10.0
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One chaos run: the workload, how often to kill, where to write."""
+
+    out: Path
+    threads: int = 500
+    turns: int = 10
+    kills: int = 200
+    concurrency: int = 32
+    lease_s: float = 1.0
+    early_share: float = 0.1
+    ack_share: float = 0.1
+    seed: int | None = None
+    final_timeout_s: float = 600.0
+
+
+@dataclass
+class RunRecord:
+    """One start of the worker: when, how it ended, what it had done."""
+
+    started: float
+    killed: bool
+    mode: str
+    exit_code: int | None
+    recovery_ms: float | None
+    messages_before: int
+    messages_after: int
+
+
+def progress(db: Path) -> int:
+    """Messages committed so far (0 before the schema exists)."""
+    if not db.exists():
+        return 0
+    try:
+        conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            conn.setbusytimeout(1000)
+            row = conn.execute("SELECT max(id) FROM messages").fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+        finally:
+            conn.close()
+    except apsw.Error:
+        return 0
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return round(values[0], 1)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1], 1)
+
+
+class Chaos:
+    """The harness. :meth:`run` returns the summary (also written to ``OUT/summary.json``)."""
+
+    def __init__(self, config: ChaosConfig, echo: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.echo = echo
+        self.out = config.out
+        self.db = config.out / "chaos.db"
+        self.rng = random.Random(config.seed)
+        self.total = expected_messages(config.threads, config.turns)
+        # kill runs never admit the last wave, so a worker cannot finish before its kill
+        self.room = expected_messages(config.threads, config.turns - 1)
+        self.runs: list[RunRecord] = []
+        self.modes = self._schedule()
+        self._proc: subprocess.Popen[str] | None = None  # the worker running now
+
+    def _schedule(self) -> list[str]:
+        """The kind of each kill, shuffled: exact shares of "ack" and "early" kills."""
+        kills = self.config.kills
+        n_ack = min(kills, round(kills * self.config.ack_share))
+        n_early = min(kills - n_ack, round(kills * self.config.early_share))
+        modes = ["ack"] * n_ack + ["early"] * n_early + ["progress"] * (kills - n_ack - n_early)
+        self.rng.shuffle(modes)
+        return modes
+
+    def _start(
+        self, *, die_after_ack: bool = False, hold: bool = True
+    ) -> tuple[subprocess.Popen[str], float]:
+        payload = {
+            "die_after_ack": die_after_ack,
+            "hold_last_wave": hold,
+            "db": str(self.db),
+            "dir": str(self.out),
+            "threads": self.config.threads,
+            "turns": self.config.turns,
+            "concurrency": self.config.concurrency,
+            "lease_s": self.config.lease_s,
+        }
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DORMANT_")}
+        started = time.time()
+        with open(self.out / "worker.log", "a") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dormant.bench.chaos_worker", json.dumps(payload)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                text=True,
+            )
+        self._proc = proc
+        return proc, started
+
+    def _finish(
+        self, proc: subprocess.Popen[str], started: float, *, killed: bool, mode: str, before: int
+    ) -> str:
+        stdout, _ = proc.communicate()
+        first = [line.split()[1] for line in stdout.splitlines() if line.startswith("first_commit ")]
+        recovery = (float(first[0]) - started) * 1000 if first else None
+        self.runs.append(
+            RunRecord(
+                started=started,
+                killed=killed,
+                mode=mode,
+                exit_code=proc.returncode,
+                recovery_ms=recovery,
+                messages_before=before,
+                messages_after=progress(self.db),
+            )
+        )
+        return stdout
+
+    def _probes(self) -> int:
+        """Probes acknowledged so far: each becomes two messages before any wave goes on."""
+        acks = self.out / "acks.log"
+        text = acks.read_text() if acks.exists() else ""
+        return len({line for line in text.splitlines() if line.startswith("ack probe-")})
+
+    def _acks_size(self) -> int:
+        acks = self.out / "acks.log"
+        return acks.stat().st_size if acks.exists() else 0
+
+    def _opened(self, pid: int, offset: int) -> bool:
+        """Whether worker ``pid`` has opened the store: its ``start`` line is in the acks log
+        (past ``offset``, the log's size when it was started)."""
+        acks = self.out / "acks.log"
+        if not acks.exists():
+            return False
+        with open(acks, "rb") as f:
+            f.seek(offset)
+            return f"start {pid}\n".encode() in f.read(64 * 1024)
+
+    def _kill_once(self, kills_left: int, mode: str) -> str | None:
+        """Start the worker and SIGKILL it; what went wrong, if it ended on its own or stalled."""
+        before = progress(self.db)
+        # what can be committed before the held-back wave: never more than the truth, so a
+        # target is always reachable and a worker stuck short of it has lost work
+        room = self.room + 2 * self._probes()
+        step = (room - before) / (kills_left + 0.5)
+        target = min(room, before + int(self.rng.uniform(0.2, 1.8) * step))
+        if mode == "progress" and target <= before:
+            mode = "early"  # no work left before the held-back wave: kill while it recovers
+        offset = self._acks_size()
+        proc, started = self._start(die_after_ack=mode == "ack")
+        deadline = time.monotonic() + KILL_WAIT_S
+        last, moved = before, time.monotonic()
+        stalled = False
+        while proc.poll() is None and time.monotonic() < deadline:
+            now = progress(self.db)
+            if now != last:
+                last, moved = now, time.monotonic()
+            elif mode == "progress" and time.monotonic() - moved > STALL_S:
+                stalled = True
+                break
+            if mode == "progress" and now >= target:
+                break
+            if mode == "early" and self._opened(proc.pid, offset):
+                # a random moment of its recovery: up to half a second after it opened the
+                # store (or the target, if it gets there first)
+                deadline = min(deadline, time.monotonic() + self.rng.uniform(0.0, 0.5))
+                mode = "early-armed"
+            if mode == "early-armed" and target > before and now >= target:
+                break
+            time.sleep(0.002)
+        mode = mode.removesuffix("-armed")
+        if proc.poll() is not None:
+            killed = proc.returncode == -signal.SIGKILL  # it killed itself: an "ack" kill
+            self._finish(proc, started, killed=killed, mode=mode, before=before)
+            return None if killed else f"the worker ended by itself (exit {proc.returncode})"
+        os.kill(proc.pid, signal.SIGKILL)
+        self._finish(proc, started, killed=True, mode=mode, before=before)
+        if stalled:
+            return f"the worker stalled at {last:,} messages, short of {target:,}: was work lost?"
+        return None
+
+    def run(self) -> dict[str, Any]:
+        """Kill, restart, finish, verify; write and return the summary."""
+        try:
+            return self._run()
+        finally:  # interrupted (Ctrl-C, a test's timeout): leave no worker behind
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.communicate()
+
+    def _run(self) -> dict[str, Any]:
+        config = self.config
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name in ("chaos.db", "chaos.db-wal", "chaos.db-shm", "effects.log", "acks.log", "worker.log"):
+            (self.out / name).unlink(missing_ok=True)
+        began = time.monotonic()
+        kills = 0
+        problems: list[str] = []
+        while kills < config.kills:
+            problem = self._kill_once(config.kills - kills, self.modes[kills])
+            if problem is not None:
+                problems.append(f"{problem} (kill {kills + 1})")
+                break
+            kills += 1
+            if kills % 10 == 0 or kills == config.kills:
+                self.echo(
+                    f"kill {kills}/{config.kills}: {progress(self.db):,}/{self.total:,} messages committed"
+                )
+        proc, started = self._start(hold=False)
+        try:
+            proc.wait(timeout=config.final_timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            problems.append(f"the final run did not finish within {config.final_timeout_s:g}s")
+        before = self.runs[-1].messages_after if self.runs else 0
+        stdout = self._finish(proc, started, killed=False, mode="final", before=before)
+        if proc.returncode != 0 or "COMPLETE" not in stdout:
+            problems.append(f"the final run failed (exit {proc.returncode}); see {self.out / 'worker.log'}")
+        counts = verify(self.db, self.out, config.threads, config.turns)
+        return self._summary(kills, counts, problems, time.monotonic() - began)
+
+    def _summary(self, kills: int, counts: ChaosCounts, problems: list[str], wall_s: float) -> dict[str, Any]:
+        recoveries = [r.recovery_ms for r in self.runs if r.recovery_ms is not None]
+        passed = counts.ok and not problems and kills == self.config.kills
+        summary: dict[str, Any] = {
+            "kills": kills,
+            "kills_early": sum(1 for r in self.runs if r.killed and r.mode == "early"),
+            "kills_after_ack": sum(1 for r in self.runs if r.killed and r.mode == "ack"),
+            "kills_mid_work": sum(1 for r in self.runs if r.killed and r.messages_after > r.messages_before),
+            "runs": len(self.runs),
+            "inputs": counts.inputs,
+            "acked_inputs": counts.acked_inputs,
+            "messages": counts.messages,
+            "expected_messages": counts.expected_messages,
+            "threads": counts.threads,
+            "tool_calls": counts.tool_calls,
+            "lost": counts.lost,
+            "duplicated": counts.duplicated,
+            "unpaired_tool_calls": counts.unpaired_tool_calls,
+            "order_violations": counts.order_violations,
+            "effect_violations": counts.effect_violations,
+            "stuck_outbox": counts.stuck_outbox,
+            "unfinished": counts.unfinished,
+            "integrity_ok": counts.integrity_ok,
+            "unknown_outcomes": counts.unknown_outcomes,
+            "idempotent_reruns": counts.idempotent_reruns,
+            "recovery_samples": len(recoveries),
+            "recovery_p50_ms": _percentile(recoveries, 50),
+            "recovery_p95_ms": _percentile(recoveries, 95),
+            "recovery_max_ms": round(max(recoveries), 1) if recoveries else None,
+            "wall_s": round(wall_s, 1),
+            "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.config).items()},
+            "passed": passed,
+            "problems": problems + counts.problems,
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with open(self.out / "runs.csv", "w") as runs:
+            runs.write("started,killed,mode,exit_code,recovery_ms,messages_before,messages_after\n")
+            for r in self.runs:
+                recovery = "" if r.recovery_ms is None else round(r.recovery_ms, 1)
+                runs.write(
+                    f"{r.started:.3f},{int(r.killed)},{r.mode},{r.exit_code},{recovery},"
+                    f"{r.messages_before},{r.messages_after}\n"
+                )
+        return summary
+
+
+def run_chaos(config: ChaosConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the chaos harness; the summary (``passed`` says whether every check held)."""
+    return Chaos(config, echo).run()

@@ -1,0 +1,324 @@
+"""Verify a chaos run from what the store holds (and the worker's effect and ack logs).
+
+:func:`verify` reads the SQLite file directly (read-only) and counts every way the
+correctness rules of DESIGN.md §4 could have been broken by the kills:
+
+* ``lost`` — an acknowledged admission missing or replaced, an admitted input never
+  recorded as a message, a workload input never admitted, a child's report missing;
+* ``duplicated`` — an input recorded twice, a message made from no admitted input,
+  the same workload text twice in a thread;
+* ``unpaired_tool_calls`` — an assistant tool call answered zero or several times,
+  a result answering no earlier call;
+* ``order_violations`` — seq gaps, inputs of a thread recorded out of admission
+  order, turns out of order, anything landing between a call and its results;
+* ``effect_violations`` — a non-idempotent tool run twice, or reported as done
+  without having run;
+* ``stuck_outbox`` — an entry still pending or running, or dead/unknown without its
+  result delivered; ``unfinished`` — a thread still leased, failed, waiting or with
+  pending input.
+
+Each problem also adds a line to ``problems`` (the first ones are kept).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgspec
+
+from ..inbox import UNKNOWN_OUTCOME
+from ..records import ToolCall
+from .chaos_worker import expected_messages, has_follow_up, spawns, thread_ids
+
+MAX_PROBLEMS = 50
+_calls = msgspec.json.Decoder(tuple[ToolCall, ...])
+
+
+@dataclass
+class ChaosCounts:
+    """What :func:`verify` counted; every field but the totals must be 0 (or True)."""
+
+    integrity_ok: bool = True
+    inputs: int = 0
+    acked_inputs: int = 0
+    messages: int = 0
+    expected_messages: int = 0
+    threads: int = 0
+    tool_calls: int = 0
+    unknown_outcomes: int = 0
+    idempotent_reruns: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    unpaired_tool_calls: int = 0
+    order_violations: int = 0
+    effect_violations: int = 0
+    stuck_outbox: int = 0
+    unfinished: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every check passed."""
+        bad = (
+            self.lost,
+            self.duplicated,
+            self.unpaired_tool_calls,
+            self.order_violations,
+            self.effect_violations,
+            self.stuck_outbox,
+            self.unfinished,
+        )
+        return self.integrity_ok and not any(bad) and self.messages == self.expected_messages
+
+    def flag(self, counter: str, problem: str, n: int = 1) -> None:
+        """Count ``n`` problems of kind ``counter`` and keep a description."""
+        setattr(self, counter, getattr(self, counter) + n)
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(f"{counter}: {problem}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counts as JSON data."""
+        return asdict(self)
+
+
+@dataclass
+class _Msg:
+    seq: int
+    role: str
+    content: str
+    calls: tuple[ToolCall, ...]
+    call_id: str | None
+    source: str | None
+    input_id: int | None
+
+
+def _read_log(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines() if line.strip()]
+
+
+def verify(db: Path, work: Path, threads: int, turns: int) -> ChaosCounts:
+    """Check the store at ``db`` after the workload (``threads`` x ``turns``) completed."""
+    counts = ChaosCounts(expected_messages=expected_messages(threads, turns))
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        check = conn.execute("PRAGMA integrity_check").fetchall()
+        fk = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if check != [("ok",)] or fk:
+            counts.integrity_ok = False
+            counts.problems.append(f"integrity: {check[:3]} foreign keys: {fk[:3]}")
+        rows: list[Any] = conn.execute(
+            "SELECT thread_id, seq, role, content, tool_calls, tool_call_id, source, input_id "
+            "FROM messages ORDER BY thread_id, seq"
+        ).fetchall()
+        keys: list[Any] = conn.execute("SELECT thread_id, dedup_key, input_id FROM input_keys").fetchall()
+        pending: list[Any] = conn.execute("SELECT thread_id, id, kind FROM inputs").fetchall()
+        thread_rows: list[Any] = conn.execute(
+            "SELECT id, status, last_seq, awaiting, lease_token, parent_id, error FROM threads"
+        ).fetchall()
+        outbox: list[Any] = conn.execute("SELECT thread_id, call_id, status, tool FROM outbox").fetchall()
+    finally:
+        conn.close()
+
+    history: dict[str, list[_Msg]] = defaultdict(list)
+    for tid, seq, role, content, calls, call_id, source, input_id in rows:
+        history[tid].append(
+            _Msg(seq, role, content, _calls.decode(calls) if calls else (), call_id, source, input_id)
+        )
+    counts.messages = len(rows)
+    counts.inputs = len(keys)
+    counts.threads = len(thread_rows)
+    probes = [row[0] for row in thread_rows if str(row[0]).startswith("probe-")]
+    counts.expected_messages += 2 * len(probes)  # each worker start's probe: its text, an answer
+    for tid in probes:
+        if [m.role for m in history.get(tid, [])] != ["user", "assistant"]:
+            counts.flag(
+                "lost", f"{tid}: the probe was not answered once: {[m.role for m in history.get(tid, [])]}"
+            )
+    if counts.messages != counts.expected_messages:
+        counts.problems.append(
+            f"messages: {counts.messages} committed, the workload makes {counts.expected_messages}"
+        )
+
+    _check_inputs(counts, history, keys, pending, work)
+    _check_threads(counts, history, thread_rows, threads, turns)
+    answered = _check_calls(counts, history)
+    _check_outbox(counts, outbox, answered)
+    _check_effects(counts, history, work)
+    return counts
+
+
+def _check_inputs(
+    counts: ChaosCounts,
+    history: dict[str, list[_Msg]],
+    keys: list[Any],
+    pending: list[Any],
+    work: Path,
+) -> None:
+    stored = {(tid, key): input_id for tid, key, input_id in keys}
+    recorded: Counter[tuple[str, int]] = Counter(
+        (tid, m.input_id) for tid, msgs in history.items() for m in msgs if m.input_id is not None
+    )
+    for (tid, key), input_id in stored.items():
+        n = recorded[(tid, input_id)]
+        if n == 0:
+            counts.flag("lost", f"input {input_id} ({tid} {key}) was admitted but never recorded")
+        elif n > 1:
+            counts.flag("duplicated", f"input {input_id} ({tid} {key}) recorded {n} times", n - 1)
+    admitted = {(tid, input_id) for (tid, _), input_id in stored.items()}
+    for (tid, input_id), n in recorded.items():
+        if (tid, input_id) not in admitted:
+            counts.flag(
+                "duplicated", f"{tid}: a message records input {input_id}, which was never admitted", n
+            )
+    for tid, input_id, kind in pending:
+        counts.flag("unfinished", f"{tid}: input {input_id} ({kind}) still pending")
+    acked: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for parts in _read_log(work / "acks.log"):
+        if parts[0] == "ack":
+            acked[(parts[1], parts[2])].add(int(parts[3]))
+    counts.acked_inputs = len(acked)
+    for (tid, key), ids in acked.items():
+        if len(ids) > 1 or stored.get((tid, key)) not in ids:
+            counts.flag(
+                "lost",
+                f"{tid} {key}: acknowledged as input {sorted(ids)}, stored as {stored.get((tid, key))}",
+            )
+
+
+def _check_threads(
+    counts: ChaosCounts, history: dict[str, list[_Msg]], thread_rows: list[Any], threads: int, turns: int
+) -> None:
+    by_id = {row[0]: row for row in thread_rows}
+    for tid, status, last_seq, awaiting, lease, _parent, error in thread_rows:
+        if status != "active" or awaiting or lease is not None:
+            counts.flag(
+                "unfinished", f"{tid}: status {status}, awaiting {awaiting}, lease {lease}, error {error}"
+            )
+        msgs = history.get(tid, [])
+        if [m.seq for m in msgs] != list(range(1, len(msgs) + 1)) or len(msgs) != last_seq:
+            counts.flag("order_violations", f"{tid}: seqs are not 1..{last_seq}")
+        for kind in ("text", "result"):
+            ids = [
+                m.input_id
+                for m in msgs
+                if m.input_id is not None and (m.role == "tool") == (kind == "result")
+            ]
+            if ids != sorted(ids):
+                counts.flag(
+                    "order_violations", f"{tid}: {kind} inputs recorded out of admission order: {ids}"
+                )
+    for index, tid in enumerate(thread_ids(threads)):
+        if tid not in by_id:
+            counts.flag("lost", f"thread {tid} does not exist")
+            continue
+        msgs = history.get(tid, [])
+        texts = [m.content for m in msgs if m.role == "user" and m.source == "user"]
+        expected = []
+        for turn in range(turns):
+            expected.append(f"{tid} turn {turn}")
+            if has_follow_up(index):
+                expected.append(f"{tid} turn {turn} follow-up")
+        for text, n in Counter(texts).items():
+            if n > 1:
+                counts.flag("duplicated", f"{tid}: {text!r} recorded {n} times", n - 1)
+        missing = [t for t in expected if t not in texts]
+        for text in missing:
+            counts.flag("lost", f"{tid}: {text!r} never recorded")
+        if not missing and len(texts) == len(expected) and texts != expected:
+            counts.flag("order_violations", f"{tid}: turns recorded as {texts}")
+        reports = Counter(m.content.split("]", 1)[0] for m in msgs if m.source == "report")
+        for turn in range(turns):
+            if not spawns(index, turn):
+                continue
+            spawned = [
+                c.id
+                for m in msgs
+                for c in m.calls
+                if c.name == "spawn_thread" and f"task {turn} of" in c.arguments
+            ]
+            if len(spawned) != 1:
+                counts.flag("lost", f"{tid}: turn {turn} spawned {len(spawned)} children")
+                continue
+            child = f"{tid}/{spawned[0]}"
+            if child not in by_id:
+                counts.flag("lost", f"child thread {child} does not exist")
+            n = reports[f"[report from thread {child}"]
+            if n != 1:
+                counts.flag(
+                    "lost" if n == 0 else "duplicated", f"{tid}: {n} reports from {child}", max(1, n - 1)
+                )
+
+
+def _check_calls(counts: ChaosCounts, history: dict[str, list[_Msg]]) -> set[tuple[str, str]]:
+    """Pair calls and results in every history; return the answered (thread, call id)s."""
+    answered_all: set[tuple[str, str]] = set()
+    for tid, msgs in history.items():
+        seen: set[str] = set()
+        answers: Counter[str] = Counter()
+        open_calls: set[str] = set()
+        for m in msgs:
+            if m.role == "tool":
+                if m.call_id is None or m.call_id not in seen:
+                    counts.flag(
+                        "unpaired_tool_calls", f"{tid} #{m.seq}: a result for no earlier call {m.call_id}"
+                    )
+                    continue
+                answers[m.call_id] += 1
+                open_calls.discard(m.call_id)
+                if m.content == UNKNOWN_OUTCOME:
+                    counts.unknown_outcomes += 1
+                continue
+            if open_calls:
+                counts.flag(
+                    "order_violations", f"{tid} #{m.seq}: a {m.role} message lands before the results"
+                )
+                open_calls.clear()
+            for call in m.calls:
+                counts.tool_calls += 1
+                if call.id in seen:
+                    counts.flag("duplicated", f"{tid}: call id {call.id} used twice")
+                seen.add(call.id)
+                open_calls.add(call.id)
+        for call_id in seen:
+            n = answers[call_id]
+            if n != 1:
+                counts.flag("unpaired_tool_calls", f"{tid}: call {call_id} answered {n} times")
+            answered_all.add((tid, call_id))
+    return answered_all
+
+
+def _check_outbox(counts: ChaosCounts, outbox: list[Any], answered: set[tuple[str, str]]) -> None:
+    for tid, call_id, status, tool in outbox:
+        if status in ("pending", "running"):
+            counts.flag("stuck_outbox", f"{tid} {tool} call {call_id} still {status}")
+        elif (tid, call_id) not in answered:
+            counts.flag(
+                "stuck_outbox", f"{tid} {tool} call {call_id} is {status} but its result never arrived"
+            )
+
+
+def _check_effects(counts: ChaosCounts, history: dict[str, list[_Msg]], work: Path) -> None:
+    runs: Counter[tuple[str, str, str]] = Counter(
+        (p[0], p[1], p[2]) for p in _read_log(work / "effects.log") if len(p) == 3
+    )
+    for (kind, tid, call_id), n in runs.items():
+        if kind == "charge" and n > 1:
+            counts.flag("effect_violations", f"{tid}: charge {call_id} ran {n} times (not idempotent)")
+        if kind == "lookup" and n > 1:
+            counts.idempotent_reruns += n - 1
+    for tid, msgs in history.items():
+        for m in msgs:
+            if (
+                m.role == "tool"
+                and m.content.startswith("charged")
+                and runs[("charge", tid, m.call_id or "")] != 1
+            ):
+                counts.flag(
+                    "effect_violations", f"{tid}: charge {m.call_id} answered 'charged' but never ran"
+                )

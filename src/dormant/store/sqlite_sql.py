@@ -1,0 +1,212 @@
+"""The SQLite backend's SQL: named statements, row converters, error translation.
+
+The schema itself is ``sqlite_schema.sql``; this module holds the statements the
+store runs on its hot path and the functions that turn rows into records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import apsw
+import msgspec
+
+from ..errors import (
+    DormantError,
+    SchemaError,
+    StoreError,
+    StoreFull,
+    StoreLocked,
+    UsageError,
+)
+from ..records import Input, Message, OutboxEntry, Priority, Thread, ToolCall
+
+SCHEMA_VERSION = 1
+#: Ordered migrations: (version reached, SQL). A new database runs the schema file.
+MIGRATIONS: list[tuple[int, str]] = []
+
+TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])
+encode = msgspec.json.encode
+
+THREAD_COLS = (
+    "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at"
+)
+INPUT_COLS = (
+    "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
+    "call_id, tool_name, is_error, source"
+)
+PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
+THREAD_WIDTH = THREAD_COLS.count(",") + 1
+LOAD_SLICE = f"""
+SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+FROM threads t
+LEFT JOIN inputs i ON i.thread_id = t.id AND i.not_before <= ?1
+                  AND (t.awaiting = 0 OR i.kind = 'tool_result')
+WHERE t.id = ?2
+ORDER BY i.id LIMIT ?3
+"""
+MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at"
+OUTBOX_COLS = (
+    "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
+    "lease_token, last_error, created_at"
+)
+
+# Recompute a thread's readiness from its consumable pending inputs.
+REFRESH_READY = """
+UPDATE threads SET
+  ready_key = CASE WHEN status = 'active' THEN (
+      SELECT MIN(i.sort_key) FROM inputs i
+      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END,
+  ready_at = CASE WHEN status = 'active' THEN (
+      SELECT MIN(i.not_before) FROM inputs i
+      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END
+WHERE id = ?
+"""
+CLAIM_THREADS = """
+UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = :expires
+WHERE id IN (
+    SELECT id FROM threads
+    WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
+    ORDER BY ready_key LIMIT :limit)
+RETURNING id
+"""
+CLAIM_OUTBOX = f"""
+UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = :token,
+                  lease_owner = :worker, lease_expires = :expires
+WHERE id IN (
+    SELECT id FROM outbox WHERE status = 'pending' AND available_at <= :now
+    ORDER BY available_at LIMIT :limit)
+RETURNING {OUTBOX_COLS}
+"""
+INSERT_INPUT = """
+INSERT INTO inputs (thread_id, dedup_key, kind, priority, not_before, admitted_at, sort_key,
+                    content, call_id, tool_name, is_error, source)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING id
+"""
+INSERT_MESSAGE = """
+INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name, source,
+                      input_id, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_CALL = """
+INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
+                    created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+# Release a committed slice's lease and recompute readiness with the new awaiting count
+# (:awaiting, not the column: SET expressions see the row's old values).
+FINISH_SLICE = """
+UPDATE threads SET
+  last_seq = coalesce(:last_seq, last_seq), awaiting = :awaiting, failures = 0, error = NULL,
+  lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = :now,
+  (ready_key, ready_at) = (SELECT MIN(i.sort_key), MIN(i.not_before) FROM inputs i
+                           WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result'))
+WHERE id = :id AND lease_token = :token AND (:first_seq IS NULL OR last_seq = :first_seq - 1)
+RETURNING agent
+"""
+MARK_READY = """
+UPDATE threads SET ready_key = min(coalesce(ready_key, ?1), ?1),
+                   ready_at = min(coalesce(ready_at, ?2), ?2)
+WHERE id = ?3 AND status = 'active' AND (awaiting = 0 OR ?4 = 'tool_result')
+"""
+
+
+def translate(exc: BaseException) -> BaseException:
+    """Turn an apsw error into the dormant error a caller should see."""
+    if isinstance(exc, DormantError) or not isinstance(exc, apsw.Error):
+        return exc
+    if isinstance(exc, apsw.FullError):
+        new: StoreError = StoreFull(f"the database or its disk is full: {exc}")
+    elif isinstance(exc, apsw.BusyError | apsw.LockedError):
+        new = StoreLocked(f"the database stayed locked past the busy timeout: {exc}")
+    elif isinstance(exc, apsw.CorruptError | apsw.NotADBError):
+        new = SchemaError(f"the database file is damaged ({exc}); run `dormant doctor`")
+    else:
+        new = StoreError(f"SQLite error: {exc}")
+    new.__cause__ = exc
+    return new
+
+
+def path_from_url(url: str) -> str:
+    """The file of a SQLite URL: ``sqlite:///rel.db`` is relative, ``sqlite:////abs.db`` absolute."""
+    if not url.startswith("sqlite:///"):
+        raise UsageError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/file.db)")
+    path = url[len("sqlite:///") :]
+    if not path or path.endswith("/"):
+        raise UsageError(f"SQLite URL has no file path: {url!r}")
+    return path
+
+
+def row_thread(row: Sequence[Any]) -> Thread:
+    return Thread(
+        id=row[0],
+        agent=row[1],
+        parent_id=row[2],
+        parent_seq=row[3],
+        status=row[4],
+        last_seq=row[5],
+        awaiting=row[6],
+        failures=row[7],
+        error=row[8],
+        created_at=row[9],
+        updated_at=row[10],
+    )
+
+
+def row_input(row: Sequence[Any]) -> Input:
+    return Input(
+        id=row[0],
+        thread_id=row[1],
+        kind=row[2],
+        dedup_key=row[3],
+        content=row[4],
+        priority=PRIORITIES[row[5]],
+        not_before=row[6],
+        admitted_at=row[7],
+        call_id=row[8],
+        tool_name=row[9],
+        is_error=bool(row[10]),
+        source=row[11],
+    )
+
+
+def row_message(row: Sequence[Any]) -> Message:
+    return Message(
+        seq=row[0],
+        role=row[1],
+        content=row[2],
+        tool_calls=TOOL_CALLS.decode(row[3]) if row[3] else (),
+        tool_call_id=row[4],
+        name=row[5],
+        source=row[6],
+        input_id=row[7],
+        created_at=row[8],
+    )
+
+
+def row_entry(row: Sequence[Any]) -> OutboxEntry:
+    return OutboxEntry(
+        id=row[0],
+        thread_id=row[1],
+        agent=row[2],
+        call_id=row[3],
+        tool=row[4],
+        arguments=row[5],
+        status=row[6],
+        attempts=row[7],
+        idempotent=bool(row[8]),
+        token=row[9],
+        last_error=row[10],
+        created_at=row[11],
+    )
+
+
+def file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

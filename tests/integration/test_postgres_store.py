@@ -1,0 +1,109 @@
+"""PostgreSQL-only behaviour: wake-up hints between processes, batches in which one
+job fails, a writer whose connection is cut."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from dormant.errors import LeaseLost, StoreError
+from dormant.records import CommitPlan, NewInput
+from dormant.store.postgres import PostgresStore
+from tests.helpers import eventually
+
+
+def user(thread_id: str, key: str) -> NewInput:
+    return NewInput(thread_id=thread_id, kind="user", dedup_key=key, content=f"text {key}", agent="a")
+
+
+async def test_another_process_admitting_wakes_subscribers(pg_url: str) -> None:
+    a, b = PostgresStore(pg_url, pool_size=1), PostgresStore(pg_url, pool_size=1)
+    await a.open()
+    await b.open()
+    heard: list[str] = []
+    a.subscribe(heard.append)
+    try:
+        await asyncio.sleep(0.2)  # the listener connects in the background
+        await a.admit([user("t1", "own")])
+        await b.admit([user("t2", "k1")])
+
+        async def woken() -> bool:
+            return "threads" in heard
+
+        await eventually(woken, timeout=5)
+        assert heard.count("threads") == 1, "a store ignores its own hints"
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_failing_job_fails_alone_in_its_batch(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    await store.open()
+    try:
+        await store.admit([user("t1", "k1")])
+        (claim,) = await store.claim_threads("w", 1, 30.0)
+        forged = CommitPlan(thread_id="t1", token="forged", consumed=(), messages=())
+        results = await asyncio.gather(
+            store.admit([user("t2", "k1")]),
+            store.commit_slice(forged),
+            store.admit([user("t3", "k1")]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[1], LeaseLost)
+        assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
+        assert {t.id for t in (await store.list_threads()).items} == {"t1", "t2", "t3"}
+        await store.commit_slice(CommitPlan(thread_id="t1", token=claim.token, consumed=(), messages=()))
+    finally:
+        await store.close()
+
+
+async def test_the_writer_reconnects_after_its_connection_is_cut(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    await store.open()
+    try:
+        await store.admit([user("t1", "k1")])
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'dormant' AND pid <> pg_backend_pid() "
+                "AND query NOT ILIKE '%%LISTEN%%' AND backend_type = 'client backend' "
+                "AND datname = current_database()"
+            )
+        outcomes: list[bool | None] = []
+        for _ in range(3):
+            try:
+                outcomes.append((await store.admit([user("t1", "k2")]))[0].duplicate)
+            except StoreError as exc:
+                assert "PostgreSQL" in str(exc)
+                outcomes.append(None)
+        assert outcomes[-1] is True, f"admitted once, then duplicates: {outcomes}"
+        assert outcomes.count(False) == 1
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("pool_size", [1])
+async def test_reads_recover_after_pooled_connections_are_cut(pg_url: str, pool_size: int) -> None:
+    store = PostgresStore(pg_url, pool_size=pool_size)
+    await store.open()
+    try:
+        await store.admit([user("t1", "k1")])
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'dormant' AND pid <> pg_backend_pid()"
+            )
+        for _ in range(3):
+            try:
+                thread = await store.get_thread("t1")
+                break
+            except StoreError:
+                continue
+        else:
+            raise AssertionError("reads never recovered")
+        assert thread.id == "t1"
+    finally:
+        await store.close()
