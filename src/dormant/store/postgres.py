@@ -52,6 +52,7 @@ from ..records import (
 )
 from . import postgres_sql as q
 from .base import clamp_limit, seq_cursor
+from .rows import MESSAGE_COLS, OUTBOX_COLS, THREAD_COLS, row_entry, row_input, row_message, row_thread
 
 log = logging.getLogger("dormant.store.postgres")
 
@@ -465,7 +466,7 @@ class PostgresStore:
         job = q.Job(
             q.CREATE_THREAD,
             (thread_id, agent, self.clock()),
-            lambda rows, _: q.thread_row(rows[0]),
+            lambda rows, _: row_thread(rows[0]),
             threads=(thread_id,),
         )
         result: Thread = await self._write(job)
@@ -473,10 +474,10 @@ class PostgresStore:
 
     async def get_thread(self, thread_id: str) -> Thread:
         """The thread's row; NotFound if missing."""
-        rows = await self._rows(f"SELECT {q.THREAD_COLS} FROM threads WHERE id = %s", (thread_id,))
+        rows = await self._rows(f"SELECT {THREAD_COLS} FROM threads WHERE id = %s", (thread_id,))
         if not rows:
             raise NotFound(f"no thread {thread_id!r}")
-        return q.thread_row(rows[0])
+        return row_thread(rows[0])
 
     async def retry_thread(self, thread_id: str) -> Thread:
         """Reactivate a failed thread."""
@@ -484,7 +485,7 @@ class PostgresStore:
         def decode(rows: Rows, count: int) -> Thread:
             if not rows:
                 raise NotFound(f"no thread {thread_id!r}")
-            return q.thread_row(rows[0])
+            return row_thread(rows[0])
 
         job = q.Job(
             q.RETRY_THREAD,
@@ -551,7 +552,7 @@ class PostgresStore:
                 rows = await cursor.fetchall()
                 if not rows:
                     raise NotFound(f"no thread {claim.thread_id!r}")
-                thread = q.thread_row(rows[0])
+                thread = row_thread(rows[0])
                 inputs: list[Input] = []
                 size = 0
                 for row in rows:
@@ -560,7 +561,7 @@ class PostgresStore:
                     size += len(row[15])
                     if inputs and size > limits.max_input_bytes:
                         break
-                    inputs.append(q.input_row(row[11:]))
+                    inputs.append(row_input(row[11:]))
                 view = self.views.get(thread.id, thread.last_seq, limits)
                 if view is None:
                     view = await q.load_view(conn, thread, limits)
@@ -643,7 +644,7 @@ class PostgresStore:
         )
 
         def decode(rows: Rows, count: int) -> list[OutboxEntry]:
-            return sorted((q.entry_row(r) for r in rows), key=lambda e: e.id)
+            return sorted((row_entry(r) for r in rows), key=lambda e: e.id)
 
         result: list[OutboxEntry] = await self._write(q.Job(q.CLAIM_OUTBOX, params, decode))
         return result
@@ -707,14 +708,13 @@ class PostgresStore:
         if newest_first:
             after = seq_cursor(cursor, default=2**62)
             sql = (
-                f"SELECT {q.MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq < %s "
+                f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq < %s "
                 "ORDER BY seq DESC LIMIT %s"
             )
         else:
             after = seq_cursor(cursor, default=0)
             sql = (
-                f"SELECT {q.MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq > %s "
-                "ORDER BY seq LIMIT %s"
+                f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
             )
         try:
             async with self._reads().connection() as conn:
@@ -726,7 +726,7 @@ class PostgresStore:
                 rows = await (await conn.execute(sql, (thread_id, after, limit + 1))).fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
             raise q.translate(exc) from exc
-        items = tuple(q.message_row(r) for r in rows[:limit])
+        items = tuple(row_message(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=str(items[-1].seq) if more and items else None)
 
@@ -734,10 +734,10 @@ class PostgresStore:
         """One page of threads by id."""
         limit = clamp_limit(limit)
         rows = await self._rows(
-            f"SELECT {q.THREAD_COLS} FROM threads WHERE id > %s ORDER BY id LIMIT %s",
+            f"SELECT {THREAD_COLS} FROM threads WHERE id > %s ORDER BY id LIMIT %s",
             (cursor or "", limit + 1),
         )
-        items = tuple(q.thread_row(r) for r in rows[:limit])
+        items = tuple(row_thread(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=items[-1].id if more and items else None)
 
@@ -748,11 +748,11 @@ class PostgresStore:
         limit = clamp_limit(limit)
         after = seq_cursor(cursor, default=0)
         rows = await self._rows(
-            f"SELECT {q.OUTBOX_COLS} FROM outbox "
+            f"SELECT {OUTBOX_COLS} FROM outbox "
             "WHERE id > %s AND (%s::text IS NULL OR status = %s::text) ORDER BY id LIMIT %s",
             (after, status, status, limit + 1),
         )
-        items = tuple(q.entry_row(r) for r in rows[:limit])
+        items = tuple(row_entry(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=str(items[-1].id) if more and items else None)
 

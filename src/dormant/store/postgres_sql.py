@@ -27,25 +27,14 @@ from ..errors import (
     StoreFull,
     StoreLocked,
 )
-from ..records import Input, Message, OutboxEntry, Priority, Thread, ToolCall, ViewLimits
+from ..records import Message, Thread, ViewLimits
+from .rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, THREAD_COLS, row_message
 
 Conn = psycopg.AsyncConnection[TupleRow]
 Rows = list[tuple[Any, ...]]
 #: Job.notify flags: ready input (wake schedulers), new outbox entries (wake dispatchers).
 NOTIFY_THREADS, NOTIFY_OUTBOX = 1, 2
 
-THREAD_COLS = (
-    "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at"
-)
-INPUT_COLS = (
-    "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
-    "call_id, tool_name, is_error, source"
-)
-MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at"
-OUTBOX_COLS = (
-    "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
-    "lease_token, last_error, created_at"
-)
 
 # The multi-row operations take their records as one jsonb document (msgspec encoding).
 ADMIT = "SELECT r_input_id, r_duplicate FROM dormant_admit(%s::jsonb, %s::float8[], %s::float8)"
@@ -136,76 +125,7 @@ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
   AND c.relname IN ('threads', 'inputs', 'input_keys', 'messages', 'outbox', 'schema_version')
 """
 
-_tool_calls_codec = msgspec.json.Decoder(tuple[ToolCall, ...])
 _encode = msgspec.json.encode
-
-
-def thread_row(row: Sequence[Any]) -> Thread:
-    """A ``threads`` row (THREAD_COLS) as a :class:`Thread`."""
-    return Thread(
-        id=row[0],
-        agent=row[1],
-        parent_id=row[2],
-        parent_seq=row[3],
-        status=row[4],
-        last_seq=row[5],
-        awaiting=row[6],
-        failures=row[7],
-        error=row[8],
-        created_at=row[9],
-        updated_at=row[10],
-    )
-
-
-def input_row(row: Sequence[Any]) -> Input:
-    """An ``inputs`` row (INPUT_COLS) as an :class:`Input`."""
-    return Input(
-        id=row[0],
-        thread_id=row[1],
-        kind=row[2],
-        dedup_key=row[3],
-        content=row[4],
-        priority=Priority(row[5]),
-        not_before=row[6],
-        admitted_at=row[7],
-        call_id=row[8],
-        tool_name=row[9],
-        is_error=bool(row[10]),
-        source=row[11],
-    )
-
-
-def message_row(row: Sequence[Any]) -> Message:
-    """A ``messages`` row (MESSAGE_COLS) as a :class:`Message`."""
-    return Message(
-        seq=row[0],
-        role=row[1],
-        content=row[2],
-        tool_calls=_tool_calls_codec.decode(row[3]) if row[3] else (),
-        tool_call_id=row[4],
-        name=row[5],
-        source=row[6],
-        input_id=row[7],
-        created_at=row[8],
-    )
-
-
-def entry_row(row: Sequence[Any]) -> OutboxEntry:
-    """An ``outbox`` row (OUTBOX_COLS) as an :class:`OutboxEntry`."""
-    return OutboxEntry(
-        id=row[0],
-        thread_id=row[1],
-        agent=row[2],
-        call_id=row[3],
-        tool=row[4],
-        arguments=row[5],
-        status=row[6],
-        attempts=row[7],
-        idempotent=bool(row[8]),
-        token=row[9],
-        last_error=row[10],
-        created_at=row[11],
-    )
 
 
 def encode(value: Any) -> str:
@@ -313,7 +233,7 @@ async def load_view(conn: Conn, thread: Thread, limits: ViewLimits) -> tuple[Mes
             if len(missing.args) == 3:
                 thread_id, max_seq, limit = missing.args
                 cursor = await conn.execute(NEWEST_MESSAGES, (thread_id, max_seq, limit))
-                messages[(thread_id, max_seq)] = (limit, [message_row(r) for r in await cursor.fetchall()])
+                messages[(thread_id, max_seq)] = (limit, [row_message(r) for r in await cursor.fetchall()])
             else:
                 (thread_id,) = missing.args
                 row = await (await conn.execute(PARENT_OF, (thread_id,))).fetchone()

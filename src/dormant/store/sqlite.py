@@ -42,6 +42,16 @@ from ..records import (
     ViewLimits,
 )
 from .base import clamp_limit, seq_cursor
+from .rows import (
+    MESSAGE_COLS,
+    OUTBOX_COLS,
+    THREAD_COLS,
+    THREAD_WIDTH,
+    row_entry,
+    row_input,
+    row_message,
+    row_thread,
+)
 from .sqlite_sql import (
     CLAIM_OUTBOX,
     CLAIM_THREADS,
@@ -51,20 +61,12 @@ from .sqlite_sql import (
     INSERT_MESSAGE,
     LOAD_SLICE,
     MARK_READY,
-    MESSAGE_COLS,
     MIGRATIONS,
-    OUTBOX_COLS,
     REFRESH_READY,
     SCHEMA_VERSION,
-    THREAD_COLS,
-    THREAD_WIDTH,
     encode,
     file_size,
     path_from_url,
-    row_entry,
-    row_input,
-    row_message,
-    row_thread,
     translate,
 )
 from .sqlite_writer import Conn, GroupWriter, Job

@@ -7,8 +7,6 @@ store runs on its hot path and the functions that turn rows into records.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
 
 import apsw
 import msgspec
@@ -21,24 +19,14 @@ from ..errors import (
     StoreLocked,
     UsageError,
 )
-from ..records import Input, Message, OutboxEntry, Priority, Thread, ToolCall
+from .rows import INPUT_COLS, OUTBOX_COLS, THREAD_COLS
 
 SCHEMA_VERSION = 1
 #: Ordered migrations: (version reached, SQL). A new database runs the schema file.
 MIGRATIONS: list[tuple[int, str]] = []
 
-TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])
 encode = msgspec.json.encode
 
-THREAD_COLS = (
-    "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at"
-)
-INPUT_COLS = (
-    "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
-    "call_id, tool_name, is_error, source"
-)
-PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
-THREAD_WIDTH = THREAD_COLS.count(",") + 1
 LOAD_SLICE = f"""
 SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
        {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
@@ -48,11 +36,6 @@ LEFT JOIN inputs i ON i.thread_id = t.id AND i.not_before <= ?1
 WHERE t.id = ?2
 ORDER BY i.id LIMIT ?3
 """
-MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at"
-OUTBOX_COLS = (
-    "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
-    "lease_token, last_error, created_at"
-)
 
 # Recompute a thread's readiness from its consumable pending inputs.
 REFRESH_READY = """
@@ -139,70 +122,6 @@ def path_from_url(url: str) -> str:
     if not path or path.endswith("/"):
         raise UsageError(f"SQLite URL has no file path: {url!r}")
     return path
-
-
-def row_thread(row: Sequence[Any]) -> Thread:
-    return Thread(
-        id=row[0],
-        agent=row[1],
-        parent_id=row[2],
-        parent_seq=row[3],
-        status=row[4],
-        last_seq=row[5],
-        awaiting=row[6],
-        failures=row[7],
-        error=row[8],
-        created_at=row[9],
-        updated_at=row[10],
-    )
-
-
-def row_input(row: Sequence[Any]) -> Input:
-    return Input(
-        id=row[0],
-        thread_id=row[1],
-        kind=row[2],
-        dedup_key=row[3],
-        content=row[4],
-        priority=PRIORITIES[row[5]],
-        not_before=row[6],
-        admitted_at=row[7],
-        call_id=row[8],
-        tool_name=row[9],
-        is_error=bool(row[10]),
-        source=row[11],
-    )
-
-
-def row_message(row: Sequence[Any]) -> Message:
-    return Message(
-        seq=row[0],
-        role=row[1],
-        content=row[2],
-        tool_calls=TOOL_CALLS.decode(row[3]) if row[3] else (),
-        tool_call_id=row[4],
-        name=row[5],
-        source=row[6],
-        input_id=row[7],
-        created_at=row[8],
-    )
-
-
-def row_entry(row: Sequence[Any]) -> OutboxEntry:
-    return OutboxEntry(
-        id=row[0],
-        thread_id=row[1],
-        agent=row[2],
-        call_id=row[3],
-        tool=row[4],
-        arguments=row[5],
-        status=row[6],
-        attempts=row[7],
-        idempotent=bool(row[8]),
-        token=row[9],
-        last_error=row[10],
-        created_at=row[11],
-    )
 
 
 def file_size(path: str) -> int:

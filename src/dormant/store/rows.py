@@ -1,0 +1,99 @@
+"""Row layouts shared by the SQL backends, and the functions that turn rows into records.
+
+Both backends select these columns in this order, so one converter serves both;
+each backend still owns the statements around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..records import Input, Message, OutboxEntry, Priority, Thread, ToolCall
+
+THREAD_COLS = (
+    "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at"
+)
+INPUT_COLS = (
+    "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
+    "call_id, tool_name, is_error, source"
+)
+MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at"
+OUTBOX_COLS = (
+    "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
+    "lease_token, last_error, created_at"
+)
+THREAD_WIDTH = THREAD_COLS.count(",") + 1
+
+PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
+TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])
+
+
+def row_thread(row: Sequence[Any]) -> Thread:
+    """A ``threads`` row (THREAD_COLS) as a :class:`Thread`."""
+    return Thread(
+        id=row[0],
+        agent=row[1],
+        parent_id=row[2],
+        parent_seq=row[3],
+        status=row[4],
+        last_seq=row[5],
+        awaiting=row[6],
+        failures=row[7],
+        error=row[8],
+        created_at=row[9],
+        updated_at=row[10],
+    )
+
+
+def row_input(row: Sequence[Any]) -> Input:
+    """An ``inputs`` row (INPUT_COLS) as an :class:`Input`."""
+    return Input(
+        id=row[0],
+        thread_id=row[1],
+        kind=row[2],
+        dedup_key=row[3],
+        content=row[4],
+        priority=PRIORITIES[row[5]],
+        not_before=row[6],
+        admitted_at=row[7],
+        call_id=row[8],
+        tool_name=row[9],
+        is_error=bool(row[10]),
+        source=row[11],
+    )
+
+
+def row_message(row: Sequence[Any]) -> Message:
+    """A ``messages`` row (MESSAGE_COLS) as a :class:`Message`."""
+    return Message(
+        seq=row[0],
+        role=row[1],
+        content=row[2],
+        tool_calls=TOOL_CALLS.decode(row[3]) if row[3] else (),
+        tool_call_id=row[4],
+        name=row[5],
+        source=row[6],
+        input_id=row[7],
+        created_at=row[8],
+    )
+
+
+def row_entry(row: Sequence[Any]) -> OutboxEntry:
+    """An ``outbox`` row (OUTBOX_COLS) as an :class:`OutboxEntry`."""
+    return OutboxEntry(
+        id=row[0],
+        thread_id=row[1],
+        agent=row[2],
+        call_id=row[3],
+        tool=row[4],
+        arguments=row[5],
+        status=row[6],
+        attempts=row[7],
+        idempotent=bool(row[8]),
+        token=row[9],
+        last_error=row[10],
+        created_at=row[11],
+    )
