@@ -51,6 +51,20 @@ def user_text(turn: int, thread_id: str) -> str:
     )
 
 
+def turn_inputs(thread_ids: list[str], turn: int) -> list[NewInput]:
+    """The user inputs of one turn of a wave (dedup key ``turn-N``; threads created on first use)."""
+    return [
+        NewInput(
+            thread_id=tid,
+            kind="user",
+            dedup_key=f"turn-{turn}",
+            content=user_text(turn, tid),
+            agent="coder",
+        )
+        for tid in thread_ids
+    ]
+
+
 @tool(mode="async")
 async def run_command(command: str) -> str:
     """Run a shell command (the benchmark returns a fixed test summary)."""
@@ -200,18 +214,7 @@ async def run_scale(
             ids = [f"agent-{i}" for i in range(first, min(first + wave, agents))]
             for turn in range(turns):
                 t0 = time.perf_counter()
-                await rt.admit(
-                    [
-                        NewInput(
-                            thread_id=tid,
-                            kind="user",
-                            dedup_key=f"turn-{turn}",
-                            content=user_text(turn, tid),
-                            agent="coder",
-                        )
-                        for tid in ids
-                    ]
-                )
+                await rt.admit(turn_inputs(ids, turn))
                 await rt.run_until_idle()
                 turn_times.setdefault(turn, []).append(time.perf_counter() - t0)
                 done_turns += len(ids)

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..records import NewInput
 from ..runtime import Runtime
 from ..store import open_store
 from .scale import (
@@ -33,7 +32,7 @@ from .scale import (
     slope_kib_per_agent,
     store_url,
     trim,
-    user_text,
+    turn_inputs,
 )
 
 
@@ -142,18 +141,7 @@ async def run_workers_scale(
             ids = [f"agent-{i}" for i in range(first, min(first + wave, agents))]
             for turn in range(turns):
                 t0 = time.perf_counter()
-                await store.admit(
-                    [
-                        NewInput(
-                            thread_id=tid,
-                            kind="user",
-                            dedup_key=f"turn-{turn}",
-                            content=user_text(turn, tid),
-                            agent="coder",
-                        )
-                        for tid in ids
-                    ]
-                )
+                await store.admit(turn_inputs(ids, turn))
                 while await store.has_work():  # noqa: ASYNC110 - the store is in other processes
                     await asyncio.sleep(0.02)
                 turn_times.setdefault(turn, []).append(time.perf_counter() - t0)
