@@ -24,7 +24,6 @@ import logging
 import random
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -34,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .. import inbox
 from ..context import ViewCache
-from ..errors import DormantError, NotFound, Overloaded, SchemaError, StoreError, UsageError
+from ..errors import DormantError, NotFound, SchemaError, StoreError, UsageError
 from ..records import (
     Admission,
     Claim,
@@ -52,6 +51,7 @@ from ..records import (
 )
 from . import postgres_sql as q
 from .base import clamp_limit, seq_cursor
+from .batching import BatchQueue
 from .rows import MESSAGE_COLS, OUTBOX_COLS, THREAD_COLS, row_entry, row_input, row_message, row_thread
 
 log = logging.getLogger("dormant.store.postgres")
@@ -128,10 +128,7 @@ class PostgresStore:
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._conn: Conn | None = None
-        self._queue: deque[tuple[q.Job, asyncio.Future[Any], int]] = deque()
-        self._queued_bytes = 0
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: BatchQueue[q.Job] | None = None  # the writer; None while closed
         self._listener: asyncio.Task[None] | None = None
         self._subscribers: list[Callable[[str], None]] = []
         self._closing = False
@@ -178,9 +175,15 @@ class PostgresStore:
             raise
         self._pool = pool
         self._conn = conn
-        self._wake = asyncio.Event()
         self._closing = False
-        self._task = asyncio.create_task(self._write_loop(), name="dormant-pg-writer")
+        self._task = BatchQueue(
+            self._apply,
+            name="dormant-pg-writer",
+            batch_jobs=self.batch_jobs,
+            batch_bytes=self.batch_bytes,
+            queue_jobs=self.queue_jobs,
+            queue_bytes=self.queue_bytes,
+        )
         self._start_listener()
 
     def _start_listener(self) -> None:
@@ -236,9 +239,7 @@ class PostgresStore:
         if self._task is None:
             return
         self._closing = True
-        assert self._wake is not None
-        self._wake.set()
-        await self._task
+        await self._task.close()
         self._task = None
         if self._listener is not None:
             self._listener.cancel()
@@ -286,44 +287,7 @@ class PostgresStore:
     async def _write(self, job: q.Job, size: int = 256) -> Any:
         if self._task is None or self._closing:
             raise StoreError("the store is not open")
-        if len(self._queue) >= self.queue_jobs or self._queued_bytes + size > self.queue_bytes:
-            raise Overloaded("the store's write queue is full", retry_after=0.5)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((job, future, size))
-        self._queued_bytes += size
-        assert self._wake is not None
-        self._wake.set()
-        return await future
-
-    async def _write_loop(self) -> None:
-        assert self._wake is not None
-        while True:
-            if not self._queue:
-                if self._closing:
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-                continue
-            batch: list[tuple[q.Job, asyncio.Future[Any], int]] = []
-            size = 0
-            while self._queue and len(batch) < self.batch_jobs and size < self.batch_bytes:
-                item = self._queue.popleft()
-                batch.append(item)
-                size += item[2]
-            self._queued_bytes -= size
-            try:
-                results = await self._apply([b[0] for b in batch])
-            except Exception as exc:  # a bug must not kill the writer: fail the batch
-                log.exception("pg_writer_failed")
-                err = StoreError(f"the PostgreSQL writer failed: {exc}")
-                results = [(False, err)] * len(batch)
-            for (_, future, _), (ok, value) in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
+        return await self._task.submit(job, size)
 
     async def _writer(self) -> Conn:
         """The writer's connection, reconnected if the last one broke."""
