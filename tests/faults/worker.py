@@ -112,6 +112,8 @@ class SlowLoggingModel:
     """Takes ``delay`` seconds per call and logs ``enter``/``exit`` lines with the time."""
 
     context_window = 10_000
+    max_output_tokens = 1_000
+    encoding = "o200k_base"
 
     def __init__(self, log: Path, name: str, delay: float) -> None:
         self.log = log

@@ -129,6 +129,8 @@ class FlakyModel:
 
     name = "flaky"
     context_window = 10_000
+    max_output_tokens = 1_000
+    encoding = "o200k_base"
 
     def __init__(self, fail: int, *, retryable: bool = True) -> None:
         self.fail = fail

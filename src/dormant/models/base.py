@@ -12,8 +12,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ..errors import ModelError
+from ..errors import ModelError, UsageError
 from ..records import Message, ToolCall
+from ..tokens import check_encoding
+
+#: Tokens kept for a reply unless a model says otherwise (capped at half a small window).
+DEFAULT_MAX_OUTPUT = 4_096
 
 
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -23,6 +27,8 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     system: str
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
+    #: the compaction summary of the history before ``messages``, shown after the system prompt
+    summary: str | None = None
 
 
 class TextDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,14 +58,51 @@ class ModelReply(msgspec.Struct, frozen=True, kw_only=True):
 
 @runtime_checkable
 class Model(Protocol):
-    """Anything that streams a completion. Raises :class:`ModelError` on failure."""
+    """Anything that streams a completion. Raises :class:`ModelError` on failure.
+
+    A model also declares the budget a prompt must fit: ``context_window`` tokens in
+    all, of which ``max_output_tokens`` are kept for the reply, counted in the
+    token ``encoding`` (a name from :data:`dormant.tokens.ENCODINGS`).
+    """
 
     name: str
-    context_window: int
+
+    @property
+    def context_window(self) -> int:
+        """Tokens the model accepts in one request, prompt and reply together."""
+        ...
+
+    @property
+    def max_output_tokens(self) -> int:
+        """Tokens kept free in the window for the reply."""
+        ...
+
+    @property
+    def encoding(self) -> str:
+        """The token encoding prompts are counted in, e.g. ``"o200k_base"``."""
+        ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream the reply to ``request``."""
         ...
+
+
+def check_limits(context_window: int, max_output_tokens: int | None, encoding: str) -> tuple[int, int, str]:
+    """Validate a model's declared budget; returns ``(context_window, max_output_tokens, encoding)``.
+
+    ``max_output_tokens=None`` means :data:`DEFAULT_MAX_OUTPUT`, or half the window
+    if that is smaller. Raises :class:`UsageError` unless ``0 < max_output_tokens <
+    context_window`` and ``encoding`` is a known token encoding.
+    """
+    if context_window < 2:
+        raise UsageError(f"context_window must be at least 2 tokens, not {context_window}")
+    if max_output_tokens is None:
+        max_output_tokens = min(DEFAULT_MAX_OUTPUT, context_window // 2)
+    if not 0 < max_output_tokens < context_window:
+        raise UsageError(
+            f"max_output_tokens must be > 0 and < context_window ({context_window}), not {max_output_tokens}"
+        )
+    return context_window, max_output_tokens, check_encoding(encoding)
 
 
 async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = 4 * 1024 * 1024) -> ModelReply:

@@ -27,7 +27,8 @@ import msgspec
 
 from ..errors import ModelError
 from ..records import Message
-from .base import ModelEvent, ModelRequest, TextDelta, ToolCallDelta
+from ..tokens import encoding_for_model
+from .base import ModelEvent, ModelRequest, TextDelta, ToolCallDelta, check_limits
 
 __all__ = ["OpenAIChatModel"]
 
@@ -57,6 +58,11 @@ class OpenAIChatModel:
     ``OPENAI_API_KEY``; without a key no ``Authorization`` header is sent. A
     ``client`` passed in is used as is and not closed by :meth:`aclose`;
     otherwise the model creates its own client on first use.
+
+    The declared budget: ``context_window`` (default 128,000 tokens),
+    ``max_output_tokens`` kept for the reply (default 4,096, or half a smaller
+    window; it is not sent to the server) and the token ``encoding``, by default
+    the one the model name implies (:func:`dormant.tokens.encoding_for_model`).
     """
 
     def __init__(
@@ -69,6 +75,8 @@ class OpenAIChatModel:
         max_retries: int = 4,
         backoff: float = 0.5,
         context_window: int = 128_000,
+        max_output_tokens: int | None = None,
+        encoding: str | None = None,
         temperature: float | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
@@ -88,7 +96,9 @@ class OpenAIChatModel:
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
-        self.context_window = context_window
+        self.context_window, self.max_output_tokens, self.encoding = check_limits(
+            context_window, max_output_tokens, encoding or encoding_for_model(model)
+        )
         self.temperature = temperature
         self._client = client
         self._owns_client = client is None

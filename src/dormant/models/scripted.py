@@ -11,12 +11,14 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from ..records import ToolCall
+from ..tokens import DEFAULT_ENCODING
 from .base import (
     ModelEvent,
     ModelReply,
     ModelRequest,
     TextDelta,
     ToolCallDelta,
+    check_limits,
     last_is_tool_result,
 )
 
@@ -26,7 +28,12 @@ Script = Callable[[ModelRequest], ModelReply]
 class ScriptedModel:
     """A model whose reply to each request is computed by ``script``.
 
-    Replies are streamed in ``chunk``-sized text pieces and tool-call pieces.
+    Replies are streamed in ``chunk``-sized text pieces and tool-call pieces. The
+    declared budget (``context_window``, ``max_output_tokens``, ``encoding``) is what
+    the runtime fits prompts to; the script itself is not held to it.
+    ``max_output_tokens`` defaults to 4,096 (half the window if that is smaller).
+    Raises :class:`~dormant.errors.UsageError` for an impossible budget or an unknown
+    encoding.
     """
 
     def __init__(
@@ -35,11 +42,15 @@ class ScriptedModel:
         *,
         name: str = "scripted",
         context_window: int = 128_000,
+        max_output_tokens: int | None = None,
+        encoding: str = DEFAULT_ENCODING,
         chunk: int = 4096,
     ) -> None:
         self.script = script
         self.name = name
-        self.context_window = context_window
+        self.context_window, self.max_output_tokens, self.encoding = check_limits(
+            context_window, max_output_tokens, encoding
+        )
         self.chunk = chunk
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
