@@ -1,5 +1,6 @@
-"""The ``dormant`` command line: init, run, send, chat, threads, show, status, retry, doctor, demo,
-bench.
+"""The ``dormant`` command line: init, run, send, chat, threads, show, export, status, retry, doctor,
+demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, shared plumbing in
+:mod:`dormant.cli_base`).
 
 Every option has a ``DORMANT_*`` environment variable, shown in ``--help``.
 Settings are validated once (:meth:`Settings.from_env`). Expected errors
@@ -20,31 +21,38 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated
 
 import msgspec
 import typer
-from rich.console import Console, JustifyMethod
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
 from .agent import Agent
 from .app import DEFAULT_BASE_URL, SCRIPTED, load_agents
-from .config import DEFAULT_STORE, Settings
+from .cli_base import (
+    LimitOpt,
+    MaxCharsOpt,
+    StoreOpt,
+    clip,
+    err,
+    fail,
+    opened_store,
+    out,
+    run_async,
+    settings_for,
+    when,
+)
+from .cli_history import export, show
+from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
-from .errors import DormantError, NotFound, Overloaded, UsageError
-from .records import Message, Priority, Thread
+from .errors import DormantError, NotFound, UsageError
+from .records import Priority
 from .runtime import Runtime
-from .store import MAX_PAGE, Store, open_store
-
-T = TypeVar("T")
-
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 app = typer.Typer(
     name="dormant",
@@ -54,12 +62,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold API keys
 )
 
-# -- shared options ------------------------------------------------------------------------
+# -- shared options (more in cli_base) -----------------------------------------------------
 
-StoreOpt = Annotated[
-    str,
-    typer.Option("--store", envvar="DORMANT_STORE", help="Store URL: sqlite:///path.db or memory://."),
-]
 AppOpt = Annotated[
     str | None,
     typer.Option(
@@ -99,43 +103,13 @@ CursorOpt = Annotated[
     str | None,
     typer.Option("--cursor", envvar="DORMANT_CURSOR", help="Resume after this cursor (printed by a page)."),
 ]
-LimitOpt = Annotated[
-    int,
-    typer.Option("--limit", envvar="DORMANT_LIMIT", min=1, max=MAX_PAGE, help="Items per page."),
-]
 AgentOpt = Annotated[
     str | None,
     typer.Option("--agent", envvar="DORMANT_AGENT", help="Agent of a new thread (default: the first agent)."),
 ]
-MaxCharsOpt = Annotated[
-    int,
-    typer.Option("--max-chars", envvar="DORMANT_MAX_CHARS", min=0, help="Cut longer texts (0: never)."),
-]
 
 
-# -- plumbing ------------------------------------------------------------------------------
-
-
-def fail(exc: DormantError) -> NoReturn:
-    """Print ``exc`` as one red ``error:`` line on stderr and exit (2: caller's mistake, 1: other)."""
-    message = " ".join((str(exc) or type(exc).__name__).split("\n"))  # one line, always
-    if isinstance(exc, Overloaded):
-        message += f" (retry after {exc.retry_after:g}s)"
-    err.print(Text.assemble(("error: ", "bold red"), (message, "red")))
-    raise typer.Exit(2 if isinstance(exc, UsageError) else 1)
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion, turning expected errors into :func:`fail`."""
-    try:
-        return asyncio.run(coro)
-    except DormantError as exc:
-        fail(exc)
-
-
-def settings_for(store: str, **overrides: Any) -> Settings:
-    """Validated settings: ``DORMANT_*`` variables, then the command's options."""
-    return Settings.from_env(store=store, **overrides)
+# -- plumbing (more in cli_base) -----------------------------------------------------------
 
 
 def agents_for(app_spec: str | None, model: str, base_url: str, system: str | None) -> list[Agent]:
@@ -151,59 +125,6 @@ async def close_models(agents: Sequence[Agent]) -> None:
             result = aclose()
             if inspect.isawaitable(result):
                 await result
-
-
-@asynccontextmanager
-async def opened_store(settings: Settings, *, create: bool = False) -> AsyncIterator[Store]:
-    """The settings' store, opened (and migrated). Without ``create``, a missing
-    SQLite file is an error instead of a new empty database."""
-    from .store.sqlite import SQLiteStore
-
-    options: dict[str, Any] = {"max_input_bytes": settings.max_input_bytes}
-    if settings.store.startswith("sqlite://"):
-        options["synchronous"] = settings.synchronous
-    store = open_store(settings.store, **options)
-    if not create and isinstance(store, SQLiteStore) and not os.path.exists(store.path):
-        raise UsageError(f"no database at {store.path!r}: run `dormant init --store {settings.store}` first")
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-def when(ts: float) -> str:
-    """A timestamp as local ``YYYY-MM-DD HH:MM:SS`` ('-' when unset)."""
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts > 0 else "-"
-
-
-def clip(text: str, max_chars: int) -> str:
-    """``text`` cut to ``max_chars`` characters (0: no limit), saying how much was cut."""
-    if max_chars <= 0 or len(text) <= max_chars:
-        return text
-    return f"{text[:max_chars]}… [{len(text) - max_chars:,} more characters]"
-
-
-def message_text(message: Message, *, max_chars: int, show_time: bool = True) -> Text:
-    """One message as readable lines: a header, its text, its tool calls or the call it answers."""
-    styles = {"user": "bold cyan", "assistant": "bold green", "tool": "bold magenta"}
-    text = Text()
-    header = f"#{message.seq} {message.role}"
-    if message.role == "tool":
-        header += f" ← {message.name or 'tool'} [{message.tool_call_id or '?'}]"
-    text.append(header, style=styles[message.role])
-    if show_time:
-        text.append(f"  {when(message.created_at)}", style="dim")
-    if message.source and message.source != message.role:
-        text.append(f"  from {message.source}", style="dim")
-    text.append("\n")
-    if message.content:
-        body = clip(message.content, max_chars)
-        text.append("".join(f"  {line}\n" for line in body.split("\n")))
-    for call in message.tool_calls:
-        text.append(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
-        text.append(f"  [{call.id}]\n", style="dim")
-    return text
 
 
 _RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -633,50 +554,9 @@ def threads(
     run_async(go())
 
 
-@app.command()
-def show(
-    thread: Annotated[str, typer.Argument(help="Thread id.")],
-    store: StoreOpt = DEFAULT_STORE,
-    cursor: CursorOpt = None,
-    limit: LimitOpt = 50,
-    newest_first: Annotated[
-        bool,
-        typer.Option("--newest-first", envvar="DORMANT_NEWEST_FIRST", help="Newest message first."),
-    ] = False,
-    max_chars: MaxCharsOpt = 4000,
-) -> None:
-    """Print one page of a thread's history, tool calls and results included."""
-
-    async def go() -> None:
-        async with opened_store(settings_for(store)) as st:
-            row = await st.get_thread(thread)
-            page = await st.history(thread, cursor=cursor, limit=limit, newest_first=newest_first)
-        out.print(thread_line(row))
-        for message in page.items:
-            out.print(message_text(message, max_chars=max_chars), end="")
-        if not page.items:
-            out.print("(no messages)")
-        if page.next_cursor is not None:
-            flag = " --newest-first" if newest_first else ""
-            out.print(
-                f"next cursor: {page.next_cursor}  (dormant show {thread} --cursor {page.next_cursor}{flag})"
-            )
-
-    run_async(go())
-
-
-def thread_line(row: Thread) -> Text:
-    """A one-line summary of a thread row."""
-    text = Text()
-    text.append(f"thread {row.id}", style="bold")
-    text.append(f"  agent {row.agent}  ")
-    text.append(row.status, style="red" if row.status == "failed" else "green")
-    text.append(f"  {row.last_seq} messages  {row.awaiting} awaiting")
-    if row.parent_id:
-        text.append(f"  parent {row.parent_id}@{row.parent_seq}")
-    if row.error:
-        text.append(f"  last error: {row.error}", style="red")
-    return text
+# history commands live in cli_history; registered here to keep the order of `--help`
+app.command()(show)
+app.command()(export)
 
 
 @app.command()

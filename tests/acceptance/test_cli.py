@@ -104,20 +104,6 @@ def test_send_same_key_is_admitted_once(cli: Cli) -> None:
     assert "#3" not in shown
 
 
-def test_show_pages_and_newest_first(cli: Cli) -> None:
-    cli.ok("chat", "c", input="one\ntwo\n")  # 4 messages
-    first = cli.ok("show", "c", "--limit", "3")
-    assert "echo: one" in first and "#3 user" in first and "echo: two" not in first
-    cursor = next_cursor(first)
-    assert cursor == "3"
-    rest = cli.ok("show", "c", "--limit", "3", "--cursor", cursor)
-    assert "echo: two" in rest and "#1 user" not in rest
-    assert next_cursor(rest) is None
-    newest = cli.ok("show", "c", "--limit", "1", "--newest-first")
-    assert "echo: two" in newest and "echo: one" not in newest
-    assert next_cursor(newest) == "4"
-
-
 async def test_threads_paging_with_cursor(cli: Cli) -> None:
     async with Runtime(cli.store, [Agent(name="assistant", model=echo_model())]) as rt:
         for i in range(5):
