@@ -22,6 +22,8 @@ class Agent:
     system_prompt: str = "You are a helpful assistant."
     tools: Sequence[ToolSpec] = ()
     builtins: bool = True
+    #: the compaction prompt (``{max_words}`` is filled in); None: :data:`compaction.DEFAULT_PROMPT`
+    compaction_prompt: str | None = None
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -1,15 +1,22 @@
-"""Built-in inline tools: child threads and durable timers.
+"""Built-in inline tools: child threads, durable timers, reading stored tool outputs.
 
 They change nothing themselves: they record effects on the :class:`ToolContext`
-that commit with the slice, in its transaction.
+that commit with the slice, in its transaction (``read_blob`` only reads).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from .blobs import whole_chars
+from .errors import NotFound, UsageError
 from .records import NewInput, NewThread
 from .tools import ToolContext, ToolSpec, make_tool
+
+#: The most text one read_blob call returns (UTF-8 bytes, footer included).
+READ_BLOB_MAX = 16 * 1024
+#: Room kept for read_blob's footer line.
+FOOTER_BYTES = 120
 
 
 def spawn_thread(task: str, ctx: ToolContext, agent: str | None = None) -> str:
@@ -74,8 +81,38 @@ def sleep_until(
     return f"will wake at {stamp}"
 
 
+async def read_blob(ref: str, ctx: ToolContext, offset: int = 0, length: int = 8192) -> str:
+    """Read part of a large tool output that was stored as a blob: ``length`` bytes from
+    byte ``offset`` of blob ``ref`` (the sha256:... named where the output was cut).
+    The answer ends with the next offset to read from; at most 16 KiB per call."""
+    if ctx.blobs is None:
+        return "error: no blob store is available to this tool call"
+    if offset < 0 or length < 1:
+        return "error: offset must be 0 or more and length 1 or more"
+    # the answer must stay under the blob threshold, or it would be stored as a blob again
+    budget = max(256, min(READ_BLOB_MAX, ctx.blob_threshold) - FOOTER_BYTES)
+    try:
+        blob = await ctx.blobs.get_blob(ctx.thread_id, ref)
+        data = await ctx.blobs.read_blob(ctx.thread_id, ref, offset, min(length, budget))
+    except NotFound:
+        return f"error: no blob {ref!r} in this thread's history (copy the full sha256:... reference)"
+    except UsageError as exc:
+        return f"error: {exc}"
+    if not data:
+        return f"[nothing at offset {offset}: the blob has {blob.size} bytes]"
+    skip, keep = whole_chars(data, start=offset > 0, end=offset + len(data) < blob.size)
+    text = data[skip:keep].decode("utf-8", errors="replace")
+    while len(text.encode()) > budget:  # bytes that are not UTF-8 grow when replaced
+        keep = skip + max(1, (keep - skip) * budget // len(text.encode()) - 1)
+        text = data[skip:keep].decode("utf-8", errors="replace")
+    start, end = offset + skip, offset + keep
+    more = f"next offset {end}" if end < blob.size else "end of blob"
+    return f"{text}\n[bytes {start}-{end} of {blob.size}; {more}]"
+
+
 BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
     make_tool(spawn_thread),
     make_tool(report_to_parent),
     make_tool(sleep_until),
+    make_tool(read_blob),
 )

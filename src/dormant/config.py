@@ -31,8 +31,25 @@ class Settings(BaseModel):
     lease_s: float = Field(30.0, gt=0, le=3600, description="lease length of a claimed thread")
     max_rounds: int = Field(8, ge=1, le=100, description="model rounds per slice (inline tools)")
     max_input_bytes: int = Field(1024 * 1024, ge=1024, description="largest input accepted")
+    blob_threshold_bytes: int = Field(
+        16 * 1024,
+        ge=1024,
+        description="tool outputs larger than this are stored as blobs; the model sees an excerpt",
+    )
     view_messages: int = Field(64, ge=1, le=10_000, description="messages in a view at most")
     view_bytes: int = Field(256 * 1024, ge=1024, description="bytes of history in a view at most")
+    view_tokens: int = Field(
+        0, ge=0, description="tokens of history in a view at most (0: what the model's window leaves)"
+    )
+    compaction_share: float = Field(
+        0.75,
+        ge=0,
+        le=10,
+        description="compact a thread when tokens since its summary pass this share of the window (0: never)",
+    )
+    compaction_keep: float = Field(
+        0.2, ge=0, lt=1, description="share of the window kept verbatim after the summary when compacting"
+    )
     view_cache_bytes: int = Field(
         32 * 1024 * 1024, ge=0, description="RAM for cached views (0 disables the cache)"
     )

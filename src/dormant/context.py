@@ -1,15 +1,23 @@
 """The view builder: the bounded slice of history a model call sees.
 
-A view is read from the newest end of the thread (and, for a child thread, from
-its ancestors up to the spawn point, by reference) and stops at the first bound
-it meets: message count or bytes. It never starts with a tool result whose
-assistant tool call was left out, so a call and its results are kept or
-dropped together.
+A view is: the latest compaction summary (the thread's own, or the one an ancestor
+had when the thread was spawned), then the newest messages that fit the budget,
+read from the newest end of the thread and, for a child thread, from its
+ancestors up to the spawn point, by reference. Messages the summary covers are
+never read. The walk stops at the first message that does not fit one of the
+bounds (tokens, message count, bytes), so a view is always a contiguous suffix
+of the history, and it never starts with a tool result whose assistant tool call
+was left out: a call and its results are kept or dropped together.
+
+A single message over a quarter of the token or byte budget (and over 256 tokens or
+1 KiB) is shown clipped: its head and tail with a note of how much was cut from the
+middle. The stored message is unchanged.
 
 :class:`ViewCache` keeps recent views in RAM under a hard byte and entry budget,
 so the next slice of a thread extends the view it already has instead of
 reading it again. It only accelerates: an entry is used only when the thread's
-``last_seq``, read from the store in the same slice, says it is current.
+``last_seq`` and ``summary_seq``, read from the store in the same slice, say it
+is current.
 """
 
 from __future__ import annotations
@@ -17,16 +25,28 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
-from .records import Message, Thread, ViewLimits
+from .records import Message, Summary, Thread, ViewLimits
+from .tokens import count_message, count_text
 
-# fetch(thread_id, max_seq, limit) -> newest messages of that thread with seq <= max_seq,
-# newest first, at most ``limit`` of them.
-FetchNewest = Callable[[str, int, int], Iterable[Message]]
+# fetch(thread_id, max_seq, min_seq, limit) -> newest messages of that thread with
+# min_seq < seq <= max_seq, newest first, at most ``limit`` of them.
+FetchNewest = Callable[[str, int, int, int], Iterable[Message]]
 # parent(thread_id) -> (parent_id, parent_seq) or None
 ParentOf = Callable[[str], "tuple[str, int] | None"]
 
 #: RAM a cached message costs beyond its text (struct, str headers, tuple slot), for budgets.
 MESSAGE_OVERHEAD = 160
+#: A message over 1/CLIP_SHARE of the token or byte budget is shown as head + tail,
+#: unless it is under MIN_CLIP_TOKENS and MIN_CLIP_BYTES (clipping it would not help).
+CLIP_SHARE = 4
+MIN_CLIP_TOKENS = 256
+MIN_CLIP_BYTES = 1024
+#: Characters per token assumed when sizing a read from the byte budget (English text
+#: averages about 4; fewer means one more read, more means reading a little past).
+BYTES_PER_TOKEN_GUESS = 4
+#: Messages read per statement at least, and at most.
+MIN_CHUNK = 8
+MAX_CHUNK = 256
 
 
 def message_bytes(message: Message) -> int:
@@ -37,31 +57,129 @@ def message_bytes(message: Message) -> int:
     return size + 16
 
 
+def message_tokens(message: Message) -> int:
+    """The message's stored token count, or a generous estimate when it was never counted."""
+    return message.tokens or estimate_tokens(message)
+
+
+def estimate_tokens(message: Message) -> int:
+    """Tokens of a message written before counts were stored: 1 per 3 bytes, an overestimate."""
+    return message_bytes(message) // 3 + 4
+
+
+def clip(message: Message, limits: ViewLimits) -> Message:
+    """``message``, or its head + tail when it is over 1/CLIP_SHARE of a budget."""
+    max_tokens = max(limits.max_tokens // CLIP_SHARE, MIN_CLIP_TOKENS)
+    max_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
+    if message_tokens(message) <= max_tokens and message_bytes(message) <= max_bytes:
+        return message
+    text = message.content
+    fixed_bytes = message_bytes(message) - len(text)
+    # an uncounted (legacy) message: count what clipping keeps whole (role, name, tool calls)
+    fixed_tokens = (
+        message.tokens - count_text(text, limits.encoding)
+        if message.tokens
+        else count_message(
+            message.role, "", tool_calls=message.tool_calls, name=message.name, encoding=limits.encoding
+        )
+    )
+    keep = min(len(text), max(0, max_bytes - fixed_bytes - 96))
+    while True:
+        head, tail = text[: keep - keep // 2], text[len(text) - keep // 2 :] if keep // 2 else ""
+        cut = len(text) - len(head) - len(tail)
+        content = (
+            f"{head}\n[... {cut} of {len(text)} characters cut from the middle of this message ...]\n{tail}"
+        )
+        tokens = fixed_tokens + count_text(content, limits.encoding)
+        if (tokens <= max_tokens and fixed_bytes + len(content) <= max_bytes) or keep == 0:
+            return Message(
+                seq=message.seq,
+                role=message.role,
+                content=content,
+                tool_calls=message.tool_calls,
+                tool_call_id=message.tool_call_id,
+                name=message.name,
+                source=message.source,
+                input_id=message.input_id,
+                created_at=message.created_at,
+                tokens=tokens,
+            )
+        keep = keep * 3 // 4 if keep > 64 else 0
+
+
+def summary_tokens(summary: Summary | None) -> int:
+    return summary.tokens if summary is not None else 0
+
+
+def summary_bytes(summary: Summary | None) -> int:
+    return len(summary.content) + 16 if summary is not None else 0
+
+
 def build_view(
-    thread: Thread, limits: ViewLimits, fetch: FetchNewest, parent_of: ParentOf
-) -> tuple[Message, ...]:
-    """Newest messages of ``thread`` and its ancestors that fit ``limits``, oldest first."""
+    thread: Thread,
+    limits: ViewLimits,
+    fetch: FetchNewest,
+    parent_of: ParentOf,
+    summary: Summary | None = None,
+) -> tuple[tuple[Message, ...], int]:
+    """The newest messages of ``thread`` and its ancestors that fit ``limits`` after
+    ``summary``, oldest first, and how many of them (the oldest) are inherited.
+
+    Reads in chunks sized from the thread's average message, so what is read stays
+    within about one chunk of what fits.
+    """
     picked: list[Message] = []  # newest first
-    used = 0
+    own = -1
+    tokens = summary_tokens(summary)
+    size = summary_bytes(summary)
+    per_message = max(1, thread.tokens // thread.last_seq) if thread.last_seq and thread.tokens else 64
     thread_id: str | None = thread.id
     max_seq = thread.last_seq
-    while thread_id is not None and len(picked) < limits.max_messages:
-        full = False
-        for message in fetch(thread_id, max_seq, limits.max_messages - len(picked)):
-            size = message_bytes(message)
-            if picked and used + size > limits.max_bytes:
-                full = True
+    full = False
+    while thread_id is not None and not full:
+        floor = summary.upto_seq if summary is not None and summary.thread_id == thread_id else 0
+        while max_seq > floor and not full:
+            room = limits.max_messages - len(picked)
+            # what the remaining token and byte budgets hold (bytes: a guess of characters
+            # per token)
+            wanted = (
+                min(
+                    (limits.max_tokens - tokens) // per_message,
+                    (limits.max_bytes - size) // (per_message * BYTES_PER_TOKEN_GUESS),
+                )
+                + 2
+            )
+            limit = max(1, min(room, MAX_CHUNK, max(MIN_CHUNK, wanted)))
+            got = 0
+            for message in fetch(thread_id, max_seq, floor, limit):
+                got += 1
+                max_seq = message.seq - 1
+                shown = clip(message, limits)
+                t, b = message_tokens(shown), message_bytes(shown)
+                if (
+                    len(picked) >= limits.max_messages
+                    or tokens + t > limits.max_tokens
+                    or size + b > limits.max_bytes
+                ):
+                    full = True
+                    break
+                picked.append(shown)
+                tokens += t
+                size += b
+            if got < limit:
                 break
-            picked.append(message)
-            used += size
-        if full:
+            per_message = max(1, per_message // 2)  # smaller than average: read more at a time
+        if own < 0:
+            own = len(picked)
+        if full or floor:
             break
         link = parent_of(thread_id) if thread_id != thread.id else _link(thread)
         if link is None:
             break
         thread_id, max_seq = link
     picked.reverse()
-    return drop_orphans(picked)
+    view = drop_orphans(picked)
+    return view, max(0, len(view) - own)
 
 
 def _link(thread: Thread) -> tuple[str, int] | None:
@@ -76,31 +194,74 @@ def drop_orphans(messages: Sequence[Message]) -> tuple[Message, ...]:
     return tuple(messages[start:])
 
 
-def extend_view(view: Sequence[Message], new: Sequence[Message], limits: ViewLimits) -> tuple[Message, ...]:
+def extend_view(
+    view: Sequence[Message], new: Sequence[Message], limits: ViewLimits, summary: Summary | None = None
+) -> tuple[Message, ...]:
     """The view :func:`build_view` would return once ``new`` is appended after ``view``.
 
-    Both keep the longest suffix that fits the bounds (at least one message), then
-    drop leading orphan tool results; so extending a current view is exact.
+    Both keep the longest suffix that fits the bounds, then drop leading orphan tool
+    results; so extending a current view is exact.
     """
-    return _extend(view, new, limits, sum(message_bytes(m) for m in view))[0]
+    return _extend(view, new, limits, summary, _usage(view))[0]
+
+
+def _usage(view: Sequence[Message]) -> tuple[int, int]:
+    return sum(message_tokens(m) for m in view), sum(message_bytes(m) for m in view)
 
 
 def _extend(
-    view: Sequence[Message], new: Sequence[Message], limits: ViewLimits, view_bytes: int
-) -> tuple[tuple[Message, ...], int]:
-    """:func:`extend_view` plus the text bytes of the result, given those of ``view``."""
-    combined = [*view, *new]
-    used = view_bytes + sum(message_bytes(m) for m in new)
+    view: Sequence[Message],
+    new: Sequence[Message],
+    limits: ViewLimits,
+    summary: Summary | None,
+    usage: tuple[int, int],
+) -> tuple[tuple[Message, ...], tuple[int, int]]:
+    """:func:`extend_view` plus the (tokens, bytes) of the result, given those of ``view``."""
+    combined = [*view, *(clip(m, limits) for m in new)]
+    tokens = usage[0] + summary_tokens(summary)
+    size = usage[1] + summary_bytes(summary)
+    for m in combined[len(view) :]:
+        tokens += message_tokens(m)
+        size += message_bytes(m)
     start = 0
-    while len(combined) - start > 1 and (
-        len(combined) - start > limits.max_messages or used > limits.max_bytes
+    while start < len(combined) and (
+        len(combined) - start > limits.max_messages or tokens > limits.max_tokens or size > limits.max_bytes
     ):
-        used -= message_bytes(combined[start])
+        tokens -= message_tokens(combined[start])
+        size -= message_bytes(combined[start])
         start += 1
     while start < len(combined) and combined[start].role == "tool":
-        used -= message_bytes(combined[start])
+        tokens -= message_tokens(combined[start])
+        size -= message_bytes(combined[start])
         start += 1
-    return tuple(combined[start:]), used
+    return tuple(combined[start:]), (tokens - summary_tokens(summary), size - summary_bytes(summary))
+
+
+class _Entry:
+    __slots__ = ("inherited", "last_seq", "limits", "summary", "summary_seq", "usage", "view")
+
+    def __init__(
+        self,
+        last_seq: int,
+        summary_seq: int,
+        limits: ViewLimits,
+        view: tuple[Message, ...],
+        summary: Summary | None,
+        inherited: int,
+        usage: tuple[int, int],
+    ) -> None:
+        self.last_seq = last_seq
+        self.summary_seq = summary_seq
+        self.limits = limits
+        self.view = view
+        self.summary = summary
+        self.inherited = inherited
+        self.usage = usage
+
+    @property
+    def cost(self) -> int:
+        """RAM the entry is charged: its text plus a per-message overhead."""
+        return self.usage[1] + summary_bytes(self.summary) + MESSAGE_OVERHEAD * (len(self.view) + 1)
 
 
 class ViewCache:
@@ -112,66 +273,75 @@ class ViewCache:
         self.bytes = 0
         self.hits = 0
         self.misses = 0
-        # thread id -> (last_seq, limits, view, text bytes of the view)
-        self._entries: OrderedDict[str, tuple[int, ViewLimits, tuple[Message, ...], int]] = OrderedDict()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, thread_id: str, last_seq: int, limits: ViewLimits) -> tuple[Message, ...] | None:
-        """The cached view of ``thread_id`` if it is current at ``last_seq``."""
-        entry = self._entries.get(thread_id)
-        if entry is None or entry[0] != last_seq or entry[1] != limits:
+    def get(
+        self, thread: Thread, limits: ViewLimits
+    ) -> tuple[tuple[Message, ...], Summary | None, int] | None:
+        """The cached (view, summary, inherited) of ``thread`` if current at its row."""
+        entry = self._entries.get(thread.id)
+        if (
+            entry is None
+            or entry.last_seq != thread.last_seq
+            or entry.summary_seq != thread.summary_seq
+            or entry.limits != limits
+        ):
             self.misses += 1
             return None
-        self._entries.move_to_end(thread_id)
+        self._entries.move_to_end(thread.id)
         self.hits += 1
-        return entry[2]
+        return entry.view, entry.summary, entry.inherited
 
     def put(
         self,
-        thread_id: str,
-        last_seq: int,
+        thread: Thread,
         limits: ViewLimits,
         view: tuple[Message, ...],
-        text_bytes: int | None = None,
+        summary: Summary | None = None,
+        inherited: int = 0,
     ) -> None:
-        """Remember ``view`` as the view of ``thread_id`` at ``last_seq``."""
-        self.discard(thread_id)
-        if text_bytes is None:
-            text_bytes = sum(message_bytes(m) for m in view)
-        if _cost(view, text_bytes) > self.max_bytes or self.max_entries <= 0:
-            return
-        self._entries[thread_id] = (last_seq, limits, view, text_bytes)
-        self.bytes += _cost(view, text_bytes)
-        while self.bytes > self.max_bytes or len(self._entries) > self.max_entries:
-            _, (_, _, old, old_bytes) = self._entries.popitem(last=False)
-            self.bytes -= _cost(old, old_bytes)
+        """Remember ``view`` as the view of ``thread`` at its row's ``last_seq``."""
+        entry = _Entry(thread.last_seq, thread.summary_seq, limits, view, summary, inherited, _usage(view))
+        self._store(thread.id, entry)
 
-    def advance(self, thread_id: str, messages: Sequence[Message]) -> None:
-        """A slice committed ``messages``: extend the cached view, or drop it if stale."""
+    def _store(self, thread_id: str, entry: _Entry) -> None:
+        self.discard(thread_id)
+        if entry.cost > self.max_bytes or self.max_entries <= 0:
+            return
+        self._entries[thread_id] = entry
+        self.bytes += entry.cost
+        while self.bytes > self.max_bytes or len(self._entries) > self.max_entries:
+            _, old = self._entries.popitem(last=False)
+            self.bytes -= old.cost
+
+    def advance(self, thread_id: str, messages: Sequence[Message], *, summarized: bool = False) -> None:
+        """A slice committed ``messages``: extend the cached view, or drop it if stale.
+
+        A slice that wrote a summary (``summarized``) changes the view's start: dropped.
+        """
         entry = self._entries.get(thread_id)
         if entry is None or not messages:
             return
-        last_seq, limits, view, view_bytes = entry
-        if messages[0].seq != last_seq + 1:
+        if summarized or messages[0].seq != entry.last_seq + 1:
             self.discard(thread_id)
             return
-        new_view, new_bytes = _extend(view, messages, limits, view_bytes)
-        self.put(thread_id, messages[-1].seq, limits, new_view, new_bytes)
+        view, usage = _extend(entry.view, messages, entry.limits, entry.summary, entry.usage)
+        inherited = max(0, entry.inherited - (len(entry.view) + len(messages) - len(view)))
+        self._store(
+            thread_id,
+            _Entry(messages[-1].seq, entry.summary_seq, entry.limits, view, entry.summary, inherited, usage),
+        )
 
     def discard(self, thread_id: str) -> None:
         """Forget ``thread_id``'s view."""
         entry = self._entries.pop(thread_id, None)
         if entry is not None:
-            self.bytes -= _cost(entry[2], entry[3])
+            self.bytes -= entry.cost
 
     def clear(self) -> None:
         """Forget everything."""
         self._entries.clear()
         self.bytes = 0
-
-
-def _cost(view: tuple[Message, ...], text_bytes: int) -> int:
-    """RAM a cached view is charged: its text plus a per-message overhead."""
-    return text_bytes + MESSAGE_OVERHEAD * len(view)

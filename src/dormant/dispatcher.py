@@ -12,6 +12,10 @@ entry is dead-lettered and the agent receives an error result, so every call is
 answered exactly once. Entries found running with an expired lease are
 reconciled by the store (see ``Store.claim_outbox``).
 
+A result over the blob threshold is stored as a blob first
+(:func:`~dormant.blobs.stash`, within the tool's timeout): the result admitted is
+its excerpt, so a huge output never meets the input size limit.
+
 Store failures never kill the loop: a failed claim is retried with a capped
 backoff, and an outcome the store could not record (locked, full) is kept and
 recorded again until it sticks, the lease is lost, or the lease runs out; only
@@ -28,6 +32,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
+from . import blobs
 from .agent import Agent
 from .errors import DormantError, Overloaded, SchemaError, StoreError, ToolError
 from .metrics import RuntimeStats
@@ -97,6 +102,7 @@ class Dispatcher:
         max_result_bytes: int,
         clock: Callable[[], float],
         on_result: Callable[[], None],
+        blob_threshold: int = blobs.DEFAULT_THRESHOLD,
     ) -> None:
         self.store = store
         self.agents = agents
@@ -110,6 +116,7 @@ class Dispatcher:
         self.max_result_bytes = max_result_bytes
         self.clock = clock
         self.on_result = on_result
+        self.blob_threshold = blob_threshold
         self.wake = asyncio.Event()
         timeouts = [t.timeout for a in agents.values() for t in a.tools] or [30.0]
         # a lease outlives the slowest call, so only a dead worker lets one expire
@@ -220,10 +227,13 @@ class Dispatcher:
             attempt=entry.attempts,
             now=self.clock(),
             inline=False,
+            blobs=self.store,
+            blob_threshold=self.blob_threshold,
         )
         try:
             async with asyncio.timeout(spec.timeout):
-                content = await spec.invoke(args, ctx)
+                output = await spec.run(args, ctx)
+                content = await blobs.stash(self.store, entry.thread_id, output, self.blob_threshold)
         except ToolError as exc:
             if exc.retryable:
                 return self._retry(entry, f"{exc}")
@@ -233,6 +243,11 @@ class Dispatcher:
             if spec.idempotent:
                 return self._retry(entry, reason)
             return self._final(entry, f"error: {reason}", "done", is_error=True)
+        except (StoreError, Overloaded) as exc:  # storing a large output failed
+            if spec.idempotent and not isinstance(exc, SchemaError):
+                return self._retry(entry, f"the output could not be stored: {exc}")
+            text = f"error: the tool ran but its output could not be stored: {type(exc).__name__}: {exc}"
+            return self._final(entry, text, "done", is_error=True)
         except Exception as exc:  # a tool's bug is the agent's information, not our crash
             return self._final(entry, f"error: {type(exc).__name__}: {exc}", "done", is_error=True)
         return self._final(entry, content, "done")

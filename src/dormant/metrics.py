@@ -57,6 +57,8 @@ class RuntimeStats:
 
     slices: int = 0
     completions: int = 0
+    compactions: int = 0
+    compaction_failures: int = 0
     inline_calls: int = 0
     slice_failures: int = 0
     leases_lost: int = 0

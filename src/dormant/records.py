@@ -55,6 +55,9 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     source: str | None = None
     input_id: int | None = None
     created_at: float = 0.0
+    #: prompt tokens of the message, counted once when it is written (0: not counted,
+    #: e.g. written before schema 2; views then estimate it from its length)
+    tokens: int = 0
 
 
 class NewInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,6 +116,41 @@ class Thread(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: tokens of all the thread's own messages, and of those its latest summary covers
+    tokens: int = 0
+    summarized_tokens: int = 0
+    #: the last seq the latest compaction summary covers (0: never compacted)
+    summary_seq: int = 0
+
+    @property
+    def tokens_since_summary(self) -> int:
+        """Tokens of the messages written after the latest summary's position."""
+        return self.tokens - self.summarized_tokens
+
+
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """A compaction summary of a thread's history up to and including ``upto_seq``.
+
+    ``covered_tokens`` is the thread's cumulative message tokens through ``upto_seq``;
+    ``made_at_seq`` the thread's ``last_seq`` when the summary was written, so a child
+    thread spawned at ``parent_seq`` only ever sees summaries with ``made_at_seq <=
+    parent_seq``: exactly the history it inherited.
+    """
+
+    thread_id: str
+    upto_seq: int
+    content: str
+    tokens: int
+    covered_tokens: int
+    made_at_seq: int
+    created_at: float = 0.0
+
+
+class BlobRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored blob: ``ref`` is ``sha256:<hex>`` of its bytes, ``size`` their count."""
+
+    ref: str
+    size: int
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,13 +159,21 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     thread_id: str
     token: str
     expires_at: float
+    agent: str = ""  # the thread's agent (so a slice knows its view budget before loading)
 
 
 class ViewLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """Bounds on what a slice loads: history messages and bytes, inputs and input bytes."""
+    """Bounds on what a slice loads: history tokens, messages and bytes, inputs and input bytes.
+
+    ``max_tokens`` is the prompt budget for history (summary included); the message and
+    byte bounds cap the RAM a view holds whatever the model's window.
+    """
 
     max_messages: int = 64
     max_bytes: int = 256 * 1024
+    max_tokens: int = 100_000
+    #: the encoding of ``max_tokens`` (clipped messages are counted again in it)
+    encoding: str = "o200k_base"
     max_inputs: int = 32
     max_input_bytes: int = 2 * 1024 * 1024
 
@@ -138,6 +184,10 @@ class SliceLoad(msgspec.Struct, frozen=True, kw_only=True):
     thread: Thread
     view: tuple[Message, ...]
     inputs: tuple[Input, ...]
+    #: the compaction summary the view starts from (own, or inherited from an ancestor)
+    summary: Summary | None = None
+    #: how many of ``view``'s messages (its oldest) were inherited from ancestors
+    inherited: int = 0
 
 
 class NewCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +225,8 @@ class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     threads: tuple[NewThread, ...] = ()
     admissions: tuple[NewInput, ...] = ()
     awaiting: int = 0
+    #: a compaction summary written by this slice (it covers messages already stored)
+    summary: Summary | None = None
 
 
 class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ raises :class:`~dormant.errors.SchemaError` saying what to do.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -26,7 +27,9 @@ import uuid
 from collections.abc import Sequence
 from types import TracebackType
 
+from . import blobs, compaction
 from .agent import Agent
+from .blobs import ToolOutput
 from .config import Settings
 from .dispatcher import STORE_RETRY_MAX_S, Dispatcher, backoff
 from .errors import (
@@ -40,7 +43,7 @@ from .errors import (
     UsageError,
 )
 from .metrics import RuntimeStats
-from .models.base import collect
+from .models.base import ModelReply, ModelRequest, collect
 from .records import (
     Admission,
     Claim,
@@ -48,16 +51,26 @@ from .records import (
     NewInput,
     Page,
     Priority,
+    SliceLoad,
     StoreStatus,
+    Summary,
     Thread,
     ViewLimits,
 )
 from .scheduler import Scheduler
 from .slice import InlineCall, InlineResult, Turn
 from .store import Store, open_store, store_options
+from .tokens import DEFAULT_ENCODING, TokenCounter, count_text
 from .tools import ToolContext
 
 log = logging.getLogger("dormant.runtime")
+
+#: A model that does not declare its window is assumed to have this one (tokens).
+DEFAULT_WINDOW = 128_000
+#: Tokens kept free besides the output reserve: per-message framing, rounding.
+PROMPT_MARGIN = 64
+#: The smallest history budget a runtime accepts.
+MIN_VIEW_TOKENS = 256
 
 
 def redact(url: str) -> str:
@@ -100,7 +113,9 @@ class Runtime:
         if self.default_agent not in self.agents:
             raise UsageError(f"default agent {self.default_agent!r} is not defined")
         self.worker = self.settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
-        self.limits = ViewLimits(max_messages=self.settings.view_messages, max_bytes=self.settings.view_bytes)
+        # per agent: its model's window less its output, system prompt and tool schemas
+        self.limits = {name: self._view_limits(agent) for name, agent in self.agents.items()}
+        self._counters: dict[str, TokenCounter] = {}
         self.stats = RuntimeStats()
         self.clock = time.time
         self._names = frozenset(self.agents)
@@ -125,6 +140,7 @@ class Runtime:
             max_result_bytes=self.settings.max_input_bytes,
             clock=self.clock,
             on_result=self.scheduler.wake.set,
+            blob_threshold=self.settings.blob_threshold_bytes,
         )
         # a store shared by several processes (PostgreSQL) can hint that another
         # process made work ready; the poll stays the truth, the hint only cuts latency
@@ -136,6 +152,38 @@ class Runtime:
         self._opened = False
         self._fatal: SchemaError | None = None
         self._store_errors = 0  # slices in a row that the store could not take
+
+    def _view_limits(self, agent: Agent) -> ViewLimits:
+        """The view budget of ``agent``'s threads: what its model's window leaves for history."""
+        model = agent.model
+        encoding = getattr(model, "encoding", DEFAULT_ENCODING)
+        window = getattr(model, "context_window", DEFAULT_WINDOW)
+        fixed = (
+            count_text(agent.system_prompt, encoding)
+            + count_text(json.dumps(agent.toolbox.schemas), encoding)
+            + getattr(model, "max_output_tokens", 4096)
+            + PROMPT_MARGIN
+        )
+        budget = window - fixed
+        if self.settings.view_tokens:
+            budget = min(budget, self.settings.view_tokens)
+        if budget < MIN_VIEW_TOKENS:
+            raise UsageError(
+                f"agent {agent.name!r}: the model's window of {window} tokens leaves {budget} for history "
+                f"once its system prompt, tools and output are counted; at least {MIN_VIEW_TOKENS} needed"
+            )
+        return ViewLimits(
+            max_messages=self.settings.view_messages,
+            max_bytes=self.settings.view_bytes,
+            max_tokens=budget,
+            encoding=encoding,
+        )
+
+    def _counter(self, encoding: str) -> TokenCounter:
+        counter = self._counters.get(encoding)
+        if counter is None:
+            counter = self._counters[encoding] = TokenCounter(encoding)
+        return counter
 
     def _on_store_hint(self, what: str) -> None:
         """Wake the scheduler (``threads``) or the dispatcher (``outbox``) early."""
@@ -292,15 +340,18 @@ class Runtime:
         return admissions
 
     async def post_tool_result(
-        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+        self, thread_id: str, call_id: str, content: ToolOutput, *, is_error: bool = False
     ) -> Admission:
         """Answer an open async tool call from outside (e.g. a webhook); the first answer wins.
 
-        Returns once the result is durable; a repeat (or an answer to a call the
-        dispatcher already answered) returns ``duplicate=True``; an unknown call raises
-        NotFound. See :meth:`Store.complete_call`.
+        ``content`` is text, bytes or a stream of bytes (see :data:`~dormant.blobs.ToolOutput`);
+        over ``Settings.blob_threshold_bytes`` it is stored as a blob of the thread and the
+        result is its excerpt. Returns once the result is durable; a repeat (or an answer
+        to a call the dispatcher already answered) returns ``duplicate=True``; an unknown
+        call raises NotFound. See :meth:`Store.complete_call`.
         """
-        admission = await self.store.complete_call(thread_id, call_id, content, is_error=is_error)
+        text = await blobs.stash(self.store, thread_id, content, self.settings.blob_threshold_bytes)
+        admission = await self.store.complete_call(thread_id, call_id, text, is_error=is_error)
         self.scheduler.wake.set()
         return admission
 
@@ -356,10 +407,15 @@ class Runtime:
             self.dispatcher.wake.set()
 
     async def _slice(self, claim: Claim) -> None:
-        load = await self.store.load_slice(claim, self.limits)
-        agent = self.agents.get(load.thread.agent)
+        agent = self.agents.get(claim.agent)
         if agent is None:
-            raise UsageError(f"thread {load.thread.id!r} runs unknown agent {load.thread.agent!r}")
+            raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
+        limits = self.limits[agent.name]
+        load = await self.store.load_slice(claim, limits)
+        counter = self._counter(limits.encoding)
+        summary = None
+        if compaction.due(load.thread, limits, self.settings.compaction_share):
+            load, summary = await self._compact(load, agent, limits, counter)
         turn = Turn(
             load,
             token=claim.token,
@@ -367,19 +423,57 @@ class Runtime:
             tools=agent.toolbox,
             max_rounds=self.settings.max_rounds,
             now=self.clock(),
+            count=counter.message,
+            summary=summary,
         )
         while turn.wants_model:
-            try:
-                async with asyncio.timeout(self.settings.model_timeout_s):
-                    reply = await collect(agent.model.stream(turn.request()))
-            except TimeoutError:
-                timeout = self.settings.model_timeout_s
-                raise ModelError(f"the model did not answer within {timeout:g}s") from None
-            self.stats.completions += 1
+            reply = await self._complete(agent, turn.request())
             inline = turn.on_reply(reply)
             if inline:
                 turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
         await self.store.commit_slice(turn.plan())
+
+    async def _complete(self, agent: Agent, request: ModelRequest) -> ModelReply:
+        """One model call under the model timeout."""
+        try:
+            async with asyncio.timeout(self.settings.model_timeout_s):
+                reply = await collect(agent.model.stream(request))
+        except TimeoutError:
+            timeout = self.settings.model_timeout_s
+            raise ModelError(f"the model did not answer within {timeout:g}s") from None
+        self.stats.completions += 1
+        return reply
+
+    async def _compact(
+        self, load: SliceLoad, agent: Agent, limits: ViewLimits, counter: TokenCounter
+    ) -> tuple[SliceLoad, Summary | None]:
+        """Summarize the older part of ``load``'s view; on failure, ``load`` unchanged.
+
+        A failed compaction costs the slice nothing: the thread goes on with its view
+        (still bounded by the budget) and compaction is tried again on its next slice.
+        """
+        window = getattr(agent.model, "context_window", DEFAULT_WINDOW)
+        keep = int(window * self.settings.compaction_keep)
+        index = compaction.cut_index(load.view[load.inherited :], keep)
+        if index is None:
+            return load, None
+        prompt = agent.compaction_prompt or compaction.DEFAULT_PROMPT
+        max_words = max(50, getattr(agent.model, "max_output_tokens", 4096) * 2 // 3)
+        try:
+            reply = await self._complete(agent, compaction.request(load, index, prompt, max_words))
+            if not reply.text.strip():
+                raise ModelError("the model returned an empty summary", retryable=False)
+        except Exception as exc:
+            self.stats.compaction_failures += 1
+            log.warning(
+                "compaction_failed",
+                extra={"thread_id": load.thread.id, "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return load, None
+        self.stats.compactions += 1
+        tokens = counter.count("system", reply.text)
+        new = compaction.summary(load, index, reply.text, tokens, self.clock())
+        return compaction.compacted(load, index, new), new
 
     async def _inline(self, call: InlineCall, thread: Thread, agent: Agent) -> InlineResult:
         self.stats.inline_calls += 1
@@ -391,10 +485,15 @@ class Runtime:
             parent_id=thread.parent_id,
             now=self.clock(),
             agents=self._names,
+            blobs=self.store,
+            blob_threshold=self.settings.blob_threshold_bytes,
         )
         try:
             async with asyncio.timeout(call.spec.timeout):
-                content = await call.spec.invoke(call.args, ctx)
+                output = await call.spec.run(call.args, ctx)
+                # a large output goes to the store now (outside the slice's transaction: a
+                # slice that fails leaves an unused reference, collected with the thread)
+                content = await blobs.stash(self.store, thread.id, output, ctx.blob_threshold)
         except TimeoutError:
             return InlineResult(call=call.call, content=f"error: timed out after {call.spec.timeout:g}s")
         except Exception as exc:  # the model hears about a tool's failure

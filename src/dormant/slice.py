@@ -15,9 +15,11 @@ keeps the hardest rules testable without a database or a model:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .models.base import ModelReply, ModelRequest
 from .records import (
@@ -28,6 +30,7 @@ from .records import (
     NewInput,
     NewThread,
     SliceLoad,
+    Summary,
     ToolCall,
 )
 from .tools import ToolBox, ToolSpec
@@ -55,6 +58,10 @@ class InlineResult:
 
 
 _PREFIX = {"timer": "[timer]", "event": "[event]"}
+
+
+def _uncounted(message: Message) -> int:
+    return 0
 
 
 def call_id(model_id: str, seq: int, index: int) -> str:
@@ -102,6 +109,8 @@ class Turn:
         tools: ToolBox,
         max_rounds: int,
         now: float,
+        count: Callable[[Message], int] = _uncounted,
+        summary: Summary | None = None,
     ) -> None:
         self.thread = load.thread
         self.token = token
@@ -110,7 +119,10 @@ class Turn:
         self.max_rounds = max_rounds
         self.now = now
         self.rounds = 0
+        self.count = count
         self._view = load.view
+        self._summary = load.summary  # the one the view starts from
+        self._new_summary = summary  # the one this slice writes (compaction), if any
         self._new: list[Message] = []
         self._calls: list[NewCall] = []
         self._threads: list[NewThread] = []
@@ -121,10 +133,14 @@ class Turn:
         seq = self.thread.last_seq
         for item in load.inputs:
             seq += 1
-            self._new.append(input_message(item, seq, now))
+            self._add(input_message(item, seq, now))
             if item.kind == "tool_result":
                 self._awaiting = max(0, self._awaiting - 1)
         self.wants_model = bool(load.inputs) and self._awaiting == 0
+
+    def _add(self, message: Message) -> None:
+        """Append ``message`` with its token count: counted once, here, when it is written."""
+        self._new.append(msgspec.structs.replace(message, tokens=self.count(message)))
 
     @property
     def next_seq(self) -> int:
@@ -138,6 +154,7 @@ class Turn:
             system=self.system,
             messages=self._view + tuple(self._new),
             tools=self.tools.schemas,
+            summary=self._summary.content if self._summary is not None else None,
         )
 
     def on_reply(self, reply: ModelReply) -> list[InlineCall]:
@@ -152,7 +169,7 @@ class Turn:
             ToolCall(id=call_id(call.id, seq, index), name=call.name, arguments=call.arguments)
             for index, call in enumerate(reply.tool_calls)
         )
-        self._new.append(
+        self._add(
             Message(seq=seq, role="assistant", content=reply.text, tool_calls=calls, created_at=self.now)
         )
         inline: list[InlineCall] = []
@@ -208,7 +225,7 @@ class Turn:
         self.wants_model = answered_here and self._awaiting == 0 and self.rounds < self.max_rounds
 
     def _tool_message(self, call: ToolCall, content: str) -> None:
-        self._new.append(
+        self._add(
             Message(
                 seq=self.next_seq,
                 role="tool",
@@ -231,4 +248,5 @@ class Turn:
             threads=tuple(self._threads),
             admissions=tuple(self._admissions),
             awaiting=self._awaiting,
+            summary=self._new_summary,
         )

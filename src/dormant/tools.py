@@ -6,6 +6,10 @@ signature, through pydantic. A tool runs either **inline** (inside the slice,
 for fast side-effect-free or idempotent work; the model sees the result in the
 same slice) or **async** (written to the outbox, run by the dispatcher, its
 result admitted later as an input).
+
+A tool returns text, any JSON-encodable value, or — for large outputs — ``bytes`` or
+an (async) iterator of bytes (see :data:`~dormant.blobs.ToolOutput`); an output over
+the blob threshold is stored as a blob and the model sees an excerpt of it.
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_type_hints, overload
 
 import msgspec
 import pydantic
 
+from .blobs import CHUNK_BYTES, DEFAULT_THRESHOLD, BlobReader, ToolOutput
 from .errors import UsageError
 from .records import NewInput, NewThread
 
@@ -33,7 +39,9 @@ class ToolContext:
     ``call_id`` is the idempotency key of the call: a tool with side effects should
     use it so that a re-run (after a crash, for idempotent tools) does the effect
     once. Inline tools may record effects (child threads, admissions) that commit
-    with the slice, atomically.
+    with the slice, atomically. ``blobs`` reads the blobs of the thread's history
+    (the ``read_blob`` tool uses it); outputs over ``blob_threshold`` bytes are stored
+    as blobs.
     """
 
     thread_id: str
@@ -47,6 +55,8 @@ class ToolContext:
     threads: list[NewThread] = field(default_factory=list)
     admissions: list[NewInput] = field(default_factory=list)
     inline: bool = True
+    blobs: BlobReader | None = None
+    blob_threshold: int = DEFAULT_THRESHOLD
 
     def spawn(self, child: NewThread) -> None:
         """Create a child thread when the slice commits (inline tools only)."""
@@ -110,8 +120,10 @@ class ToolSpec:
             raise ValueError(f"invalid arguments: {problems}") from None
         return dict(model)
 
-    async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        """Run the function (sync functions in a worker thread) and return its text."""
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Run the function (sync functions in a worker thread) and return its output:
+        bytes and streams as returned, not read yet (see :func:`result_output`);
+        anything else as text."""
         kwargs = dict(args)
         if self.context_param:
             kwargs[self.context_param] = ctx
@@ -119,13 +131,48 @@ class ToolSpec:
             result = await self.fn(**kwargs)
         else:
             result = await asyncio.to_thread(self.fn, **kwargs)
-        return result_text(result)
+        return result_output(result)
+
+    async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Run the function and return its whole output as text (a stream is read to its
+        end and joined: the runtime uses :meth:`run` and stores large outputs as blobs)."""
+        output = await self.run(args, ctx)
+        if isinstance(output, str):
+            return output
+        if isinstance(output, bytes):
+            return output.decode("utf-8", errors="replace")
+        parts: list[bytes] = []
+        if isinstance(output, AsyncIterable):
+            async for piece in output:
+                parts.append(_piece(piece))
+        else:
+            parts.extend(_piece(piece) for piece in output)
+        return b"".join(parts).decode("utf-8", errors="replace")
+
+
+def _piece(piece: bytes | str) -> bytes:
+    return piece.encode() if isinstance(piece, str) else bytes(piece)
+
+
+def result_output(result: Any) -> ToolOutput:
+    """A tool's return value as its output: ``bytes`` (bytearray, memoryview) as bytes,
+    an async iterable or an iterator (a generator, a file) as a stream of bytes,
+    anything else as the text :func:`result_text` makes of it."""
+    if isinstance(result, bytes | bytearray | memoryview):
+        return bytes(result)
+    if isinstance(result, AsyncIterable | Iterator):
+        stream: AsyncIterable[bytes] | Iterator[bytes] = result
+        return stream
+    return result_text(result)
 
 
 def result_text(result: Any) -> str:
-    """A tool's return value as the text the model sees (JSON for non-strings)."""
+    """A tool's return value as the text the model sees (JSON for non-strings; bytes
+    decoded as UTF-8)."""
     if isinstance(result, str):
         return result
+    if isinstance(result, bytes | bytearray | memoryview):
+        return bytes(result).decode("utf-8", errors="replace")
     if isinstance(result, pydantic.BaseModel):
         return result.model_dump_json()
     return msgspec.json.encode(result).decode()
@@ -168,6 +215,14 @@ def tool(
 
     A parameter annotated :class:`ToolContext` receives the call's context and is
     not part of the schema. Raises :class:`UsageError` for an untyped parameter.
+
+    The tool returns its result: text, or any value JSON can encode (sent as JSON).
+    For large outputs it may return ``bytes`` or a stream of bytes — an async
+    iterator, or an iterator such as a generator (advanced in a worker thread) — for
+    example :func:`file_output`. A stream is never joined in memory: an output over
+    ``Settings.blob_threshold_bytes`` (16 KiB) is streamed into the store as a blob and
+    the model sees a head/tail excerpt it can page through with ``read_blob``. The
+    tool's timeout covers reading its stream.
     """
 
     def wrap(f: ToolFn) -> ToolSpec:
@@ -245,3 +300,22 @@ class ToolBox:
 
     def __len__(self) -> int:
         return len(self._by_name)
+
+
+def file_output(path: str | os.PathLike[str], *, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
+    """A file's bytes as a stream for a tool to return: read in ``chunk_bytes`` pieces,
+    in a worker thread, when the output is stored; never held whole.
+
+    Raises ``FileNotFoundError`` (and the like) at once if the file cannot be found.
+    """
+    os.stat(path)
+    return _read_file(path, chunk_bytes)
+
+
+async def _read_file(path: str | os.PathLike[str], chunk_bytes: int) -> AsyncIterator[bytes]:
+    file = await asyncio.to_thread(open, path, "rb")
+    try:
+        while piece := await asyncio.to_thread(file.read, chunk_bytes):
+            yield piece
+    finally:
+        file.close()

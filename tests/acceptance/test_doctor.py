@@ -16,7 +16,7 @@ import apsw
 import pytest
 
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ToolCall, ViewLimits
-from dormant.store.sqlite import SQLiteStore
+from dormant.store.sqlite import SCHEMA_VERSION, SQLiteStore
 from tests.unit.test_openai_model import Reply, ScriptServer, text_reply
 
 from .runner import Cli
@@ -46,7 +46,11 @@ def test_doctor_on_a_healthy_store(cli: Cli) -> None:
     cli.ok("run", "--until-idle")
     code, out, report = doctor(cli)
     assert code == 0, out
-    assert "integrity_check: ok" in out and "schema version 1" in out and "verdict: healthy" in out
+    assert (
+        "integrity_check: ok" in out
+        and f"schema version {SCHEMA_VERSION}" in out
+        and "verdict: healthy" in out
+    )
     assert report["status"] == "ok" and report["exit_code"] == 0
     assert set(levels(report)) >= {"integrity", "schema", "size", "leases", "backlog", "outbox", "threads"}
     quick = cli("doctor", "--quick")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from dormant.records import (
     Claim,
     CommitPlan,
@@ -14,13 +16,16 @@ from dormant.records import (
     NewThread,
     Priority,
     SliceLoad,
+    Summary,
     ToolCall,
     ViewLimits,
 )
 from dormant.slice import input_message
 from dormant.store.base import Store
+from dormant.tokens import TokenCounter
 
 LEASE = 30.0
+COUNTER = TokenCounter("o200k_base")
 
 
 def user(thread_id: str, key: str, content: str = "", **overrides: Any) -> NewInput:
@@ -79,6 +84,7 @@ def plan(
     admissions: Sequence[NewInput] = (),
     consumed: Sequence[int] | None = None,
     extra: int = 0,
+    summary: Summary | None = None,
 ) -> CommitPlan:
     """The plan of a slice that turns every loaded input into a message, then (optionally)
     replies, asking for ``calls``; ``extra`` adds that many more assistant messages."""
@@ -101,11 +107,12 @@ def plan(
         thread_id=c.thread_id,
         token=c.token,
         consumed=tuple(i.id for i in load.inputs) if consumed is None else tuple(consumed),
-        messages=tuple(messages),
+        messages=tuple(msgspec.structs.replace(m, tokens=COUNTER.message(m)) for m in messages),
         calls=tuple(calls),
         threads=tuple(threads),
         admissions=tuple(admissions),
         awaiting=awaiting + len(calls),
+        summary=summary,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dormant.context import message_bytes, message_tokens
 from dormant.errors import DormantError, LeaseLost, NotFound, StoreError
 from dormant.inbox import AGING
 from dormant.records import CommitPlan, Message, NewThread, Priority, ToolCall, ViewLimits
@@ -171,8 +172,37 @@ async def test_the_view_is_bounded_and_newest(store: Store) -> None:
     c, load = await take(store, "t1", ViewLimits(max_messages=4))
     assert [m.seq for m in load.view] == [8, 9, 10, 11]
     assert load.thread.last_seq == 11
-    load = await store.load_slice(c, ViewLimits(max_messages=100, max_bytes=60))
+    load = await store.load_slice(c, ViewLimits(max_messages=100, max_bytes=120))
     assert 1 <= len(load.view) < 11 and load.view[-1].seq == 11
+    assert sum(message_bytes(m) for m in load.view) <= 120
+    seqs = [m.seq for m in load.view]
+    assert seqs == list(range(seqs[0], 12)), "a contiguous suffix"
+
+
+async def test_the_view_is_bounded_by_tokens(store: Store) -> None:
+    await turn(store, "t1", "k1", extra=9)
+    await store.admit([user("t1", "k2")])
+    c, full = await take(store, "t1")
+    assert len(full.view) == 11
+    budget = sum(message_tokens(m) for m in full.view[-3:])
+    load = await store.load_slice(c, ViewLimits(max_tokens=budget))
+    assert [m.seq for m in load.view] == [9, 10, 11]
+
+
+async def test_a_huge_message_is_shown_as_head_and_tail(store: Store) -> None:
+    text = "HEAD " + "x" * 50_000 + " TAIL"
+    await store.admit([user("t1", "k1", text)])
+    c, load = await take(store, "t1")
+    await store.commit_slice(plan(c, load))
+    await store.admit([user("t1", "k2")])
+    limits = ViewLimits(max_bytes=16_384)
+    _, load = await take(store, "t1", limits)
+    (shown, _reply) = load.view
+    assert shown.content.startswith("HEAD ") and shown.content.endswith(" TAIL")
+    assert "characters cut from the middle" in shown.content
+    assert message_bytes(shown) <= limits.max_bytes // 4
+    stored = (await store.history("t1")).items[0]
+    assert stored.content == text, "the stored message is unchanged"
 
 
 async def test_the_view_never_starts_with_a_tool_result(store: Store) -> None:

@@ -64,7 +64,18 @@ async def test_a_new_schema_has_every_declared_object(pg_url: str) -> None:
         await store.close()
     got = shape(pg_url)
     tables = {name.split(".")[0] for kind, name in got if kind == "column"}
-    assert tables == {"schema_version", "threads", "inputs", "input_keys", "messages", "outbox"}
+    assert tables == {
+        "schema_version",
+        "threads",
+        "inputs",
+        "input_keys",
+        "messages",
+        "outbox",
+        "summaries",
+        "blobs",
+        "blob_chunks",
+        "blob_refs",
+    }
     functions = {name.split("(")[0] for kind, name in got if kind == "function"}
     assert {"dormant_admit", "dormant_commit_slice", "dormant_claim_outbox"} <= functions
     assert raw(pg_url, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]

@@ -22,7 +22,7 @@ import pytest
 
 from dormant.errors import ModelError
 from dormant.models.base import ModelReply, ModelRequest, TextDelta, ToolCallDelta, collect
-from dormant.models.openai import OpenAIChatModel
+from dormant.models.openai import SUMMARY_PREFIX, OpenAIChatModel
 from dormant.records import Message, ToolCall
 
 # --------------------------------------------------------------------------- server
@@ -566,3 +566,18 @@ async def test_own_client_is_created_lazily_and_closed(server: ScriptServer) -> 
         assert (await collect(model.stream(make_request()))).text == "a"
     # A closed model opens a fresh client on next use.
     assert (await run(model)).text == "b"
+
+
+def test_a_compaction_summary_follows_the_system_prompt() -> None:
+    model = OpenAIChatModel(model="test-model", base_url="http://127.0.0.1:9/v1")
+    request = ModelRequest(
+        thread_id="t",
+        system="You are terse.",
+        summary="The user wants Paris weather.",
+        messages=(Message(seq=9, role="user", content="And tomorrow?"),),
+    )
+    assert model.request_body(request)["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "system", "content": SUMMARY_PREFIX + "The user wants Paris weather."},
+        {"role": "user", "content": "And tomorrow?"},
+    ]

@@ -161,7 +161,7 @@ def test_context_effects_are_inline_only() -> None:
 
 def test_builtins_are_inline_tools_with_schemas() -> None:
     names = {t.name for t in BUILTIN_TOOLS}
-    assert names == {"spawn_thread", "report_to_parent", "sleep_until"}
+    assert names == {"spawn_thread", "report_to_parent", "sleep_until", "read_blob"}
     assert all(t.mode == "inline" and t.context_param == "ctx" for t in BUILTIN_TOOLS)
 
 

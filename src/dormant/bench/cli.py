@@ -41,6 +41,12 @@ def _run_one(kind: str, params: dict[str, object], out: Path) -> dict[str, objec
     payload = json.dumps({"kind": kind, "out": str(out), **params})
     # with worker processes the benchmark process only drives the workload
     module = "dormant.bench.scale_workers" if params.get("workers") else "dormant.bench.scale"
+    return _run_process(kind, module, payload, out)
+
+
+def _run_process(label: str, module: str, payload: str, out: Path) -> dict[str, object]:
+    """Run ``module`` with ``payload`` in a fresh process, showing its ``progress N TOTAL`` lines."""
+    kind = label
     cmd = [sys.executable, "-m", module, payload]
     with Progress(
         TextColumn(f"[bold]{kind}[/]"),
@@ -127,6 +133,42 @@ def scale(
     chart = plot_runs(dirs, out / "rss.png")
     console.print(_table(summaries))
     console.print(f"wrote {', '.join(str(d / 'summary.json') for d in dirs)} and {chart}")
+
+
+@bench_app.command("context")
+def context(
+    store: Annotated[str, typer.Option(help="sqlite or postgres", envvar="DORMANT_BENCH_STORE")] = "sqlite",
+    messages: Annotated[int, typer.Option(min=200, envvar="DORMANT_BENCH_MESSAGES")] = 10_000,
+    blob_mb: Annotated[float, typer.Option(min=1, envvar="DORMANT_BENCH_BLOB_MB")] = 200.0,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/context"),
+) -> None:
+    """Bounded context: one thread grown to MESSAGES messages, one with a BLOB_MB MB tool output.
+
+    Prints per-slice latency, history read from the store and RSS around message 100
+    and at the end, and for a 1 MB and a BLOB_MB output; writes ``OUT/summary.json``.
+    """
+    if store not in ("sqlite", "postgres"):
+        console.print("[red]error:[/] --store must be sqlite or postgres")
+        raise typer.Exit(2)
+    payload = json.dumps({"kind": store, "messages": messages, "blob_mb": blob_mb, "out": str(out)})
+    summary = _run_process(store, "dormant.bench.context", payload, out)
+    table = Table(title="bounded context")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in _flatten(summary):
+        table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else f"{value}")
+    console.print(table)
+    console.print(f"wrote {out / 'summary.json'}")
+
+
+def _flatten(data: dict[str, object], prefix: str = "") -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            rows.extend(_flatten(value, f"{prefix}{key}."))
+        else:
+            rows.append((f"{prefix}{key}", value))
+    return rows
 
 
 @bench_app.command("plot")

@@ -41,6 +41,9 @@ MAX_ERROR_BODY = 64 * 1024
 
 _RETRY_STATUS = frozenset({408, 429})
 
+#: How a compaction summary is introduced to the model (a second system message).
+SUMMARY_PREFIX = "Summary of the earlier part of this conversation (older messages are not shown):\n"
+
 
 class _Retry(Exception):
     """Internal: a failure that may be retried if no event has been yielded yet."""
@@ -140,6 +143,8 @@ class OpenAIChatModel:
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
+        if request.summary:
+            messages.append({"role": "system", "content": SUMMARY_PREFIX + request.summary})
         messages.extend(_convert(message) for message in request.messages)
         body: dict[str, Any] = {"model": self.name, "messages": messages, "stream": True}
         if request.tools:

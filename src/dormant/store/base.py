@@ -9,11 +9,12 @@ nothing is acknowledged before it is durable.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Iterable, Sequence
 from typing import Protocol
 
 from ..records import (
     Admission,
+    BlobRef,
     Claim,
     CommitPlan,
     Message,
@@ -32,9 +33,11 @@ MAX_PAGE = 1000
 
 
 class Store(Protocol):
-    """A durable home for threads, inputs, messages and the outbox."""
+    """A durable home for threads, inputs, messages, blobs and the outbox."""
 
     url: str
+    #: bytes :meth:`read_blob` returned so far (for benchmarks)
+    blob_read_bytes: int
 
     async def open(self) -> None:
         """Create or migrate the schema; refuse a newer schema with SchemaError."""
@@ -146,6 +149,43 @@ class Store(Protocol):
 
     async def status(self) -> StoreStatus:
         """Counts of threads, backlog, outbox and sizes."""
+        ...
+
+    async def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread and all its descendants (they inherit its history by reference)
+        with every row of theirs, then every blob no thread refers to any more, in one
+        transaction. Returns how many threads were deleted.
+
+        Raises NotFound for a missing thread, and InvalidInput (deleting nothing) while
+        any of those threads holds a live lease (a slice is running).
+        """
+        ...
+
+    # -- blobs (see dormant.blobs) ---------------------------------------------------
+
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+        """Store the concatenation of ``chunks`` (pieces of any size) as one blob that
+        ``thread_id`` refers to, and return its ref (``sha256:<hex>``) and size.
+
+        The pieces are streamed in fixed chunks under a ``tmp:`` ref, in bounded write
+        batches: RAM holds one batch, never the blob. The same bytes are stored once
+        (content-addressed); each put adds the thread's reference. Durable before it
+        returns. Raises NotFound for a missing thread (then nothing stays stored).
+        """
+        ...
+
+    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
+        """The blob ``ref`` if ``thread_id`` or one of its ancestors refers to it; NotFound
+        otherwise (whether it exists for another thread is not revealed)."""
+        ...
+
+    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
+        """Bytes ``offset .. offset + length`` of the blob ``ref`` (fewer at its end; none
+        past it), reading only the chunks that hold them.
+
+        Visibility as :meth:`get_blob` (NotFound otherwise). ``length`` is capped at
+        1 MiB; a negative offset or length raises UsageError.
+        """
         ...
 
 

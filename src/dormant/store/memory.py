@@ -12,16 +12,18 @@ from __future__ import annotations
 import heapq
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
 from .. import inbox
+from ..blobs import CHUNK_BYTES, Chunker, chunk_span, read_length
 from ..context import build_view
-from ..errors import LeaseLost, NotFound, StoreError, UsageError
+from ..errors import InvalidInput, LeaseLost, NotFound, StoreError, UsageError
 from ..records import (
     Admission,
+    BlobRef,
     Claim,
     CommitPlan,
     Input,
@@ -32,6 +34,7 @@ from ..records import (
     Page,
     SliceLoad,
     StoreStatus,
+    Summary,
     Thread,
     ViewLimits,
 )
@@ -71,12 +74,17 @@ class MemoryStore:
         self._dedup: dict[tuple[str, str], int] = {}
         self._consumed: set[int] = set()
         self._messages: dict[str, list[Message]] = {}
+        self._summaries: dict[str, list[Summary]] = {}
         self._outbox: dict[int, _CallRow] = {}
         self._call_ids: set[tuple[str, str]] = set()
         self._open_calls: set[int] = set()
         self._next_input = 1
         self._next_call = 1
         self._is_open = False
+        self._blobs: dict[str, tuple[int, list[bytes]]] = {}  # ref -> (size, chunks)
+        self._blob_refs: dict[str, set[str]] = {}  # thread -> refs
+        self._blob_users: dict[str, set[str]] = {}  # ref -> threads
+        self.blob_read_bytes = 0
 
     async def open(self) -> None:
         """Nothing to create."""
@@ -198,7 +206,14 @@ class MemoryStore:
             row = self._threads[thread_id]
             row.lease_token = secrets.token_hex(8)
             row.lease_expires = now + lease_s
-            claims.append(Claim(thread_id=thread_id, token=row.lease_token, expires_at=row.lease_expires))
+            claims.append(
+                Claim(
+                    thread_id=thread_id,
+                    token=row.lease_token,
+                    expires_at=row.lease_expires,
+                    agent=row.thread.agent,
+                )
+            )
         return claims
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
@@ -216,16 +231,32 @@ class MemoryStore:
                 break
             inputs.append(item)
 
-        def fetch(thread_id: str, max_seq: int, limit: int) -> list[Message]:
-            history = self._messages[thread_id][:max_seq]
-            return history[::-1][:limit]
+        def fetch(thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
+            history = self._messages[thread_id]
+            return history[max(min_seq, max_seq - limit) : max_seq][::-1]
 
-        def parent_of(thread_id: str) -> tuple[str, int] | None:
-            t = self._threads[thread_id].thread
-            return (t.parent_id, t.parent_seq) if t.parent_id else None
+        summary = self._summary_for(row.thread)
+        view, inherited = build_view(row.thread, limits, fetch, self._parent_of, summary)
+        return SliceLoad(
+            thread=row.thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited
+        )
 
-        view = build_view(row.thread, limits, fetch, parent_of)
-        return SliceLoad(thread=row.thread, view=view, inputs=tuple(inputs))
+    def _parent_of(self, thread_id: str) -> tuple[str, int] | None:
+        t = self._threads[thread_id].thread
+        return (t.parent_id, t.parent_seq) if t.parent_id else None
+
+    def _summary_for(self, thread: Thread) -> Summary | None:
+        """The thread's latest summary, else the one its nearest ancestor had at the spawn."""
+        if thread.summary_seq:
+            return self._summaries[thread.id][-1]
+        link = self._parent_of(thread.id)
+        while link is not None:
+            parent_id, parent_seq = link
+            for summary in reversed(self._summaries.get(parent_id, ())):
+                if summary.made_at_seq <= parent_seq:
+                    return summary
+            link = self._parent_of(parent_id)
+        return None
 
     async def commit_slice(self, plan: CommitPlan) -> None:
         """Apply a plan; checks first, then changes, so it is all or nothing."""
@@ -238,6 +269,12 @@ class MemoryStore:
         for input_id in plan.consumed:
             if input_id not in row.pending:
                 raise StoreError(f"input {input_id} of {plan.thread_id!r} is not pending")
+        summary = plan.summary
+        if summary is not None and not row.thread.summary_seq < summary.upto_seq <= row.thread.last_seq:
+            raise StoreError(
+                f"the plan of {plan.thread_id!r} does not fit its stored state (its summary does not "
+                "move forward over stored messages)"
+            )
         expected = row.thread.last_seq + 1
         for message in plan.messages:
             if message.seq != expected:
@@ -294,9 +331,18 @@ class MemoryStore:
                 )
             )
         last_seq = plan.messages[-1].seq if plan.messages else row.thread.last_seq
+        if summary is not None:
+            self._summaries.setdefault(plan.thread_id, []).append(
+                msgspec.structs.replace(
+                    summary, thread_id=plan.thread_id, created_at=summary.created_at or now
+                )
+            )
         row.thread = msgspec.structs.replace(
             row.thread,
             last_seq=last_seq,
+            tokens=row.thread.tokens + sum(m.tokens for m in plan.messages),
+            summary_seq=summary.upto_seq if summary else row.thread.summary_seq,
+            summarized_tokens=summary.covered_tokens if summary else row.thread.summarized_tokens,
             awaiting=plan.awaiting,
             failures=0,
             error=None,
@@ -332,7 +378,7 @@ class MemoryStore:
             row = self._threads.get(claim.thread_id)
             if row is not None and row.lease_token == claim.token:
                 row.lease_expires = expires
-                kept.append(Claim(thread_id=claim.thread_id, token=claim.token, expires_at=expires))
+                kept.append(msgspec.structs.replace(claim, expires_at=expires))
         return kept
 
     # -- outbox ----------------------------------------------------------------------
@@ -550,3 +596,86 @@ class MemoryStore:
             dead_letters=outbox.get("dead", 0),
             messages=sum(len(m) for m in self._messages.values()),
         )
+
+    # -- deletion and blobs ------------------------------------------------------------
+
+    async def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread, its descendants, their rows and the blobs left unreferenced."""
+        self._row(thread_id)
+        children: dict[str, list[str]] = {}
+        for row in self._threads.values():
+            if row.thread.parent_id is not None:
+                children.setdefault(row.thread.parent_id, []).append(row.thread.id)
+        tree = [thread_id]
+        for tid in tree:  # grows while walked: breadth first
+            tree.extend(children.get(tid, ()))
+        now = self.clock()
+        leased = [
+            t
+            for t in tree
+            if self._threads[t].lease_token is not None and self._threads[t].lease_expires > now
+        ]
+        if leased:
+            raise InvalidInput(f"thread {leased[0]!r} is running a slice; delete it once the slice ends")
+        gone = set(tree)
+        for tid in tree:
+            self._threads.pop(tid)
+            self._messages.pop(tid, None)
+            self._summaries.pop(tid, None)
+            for ref in self._blob_refs.pop(tid, set()):
+                users = self._blob_users[ref]
+                users.discard(tid)
+                if not users:
+                    del self._blob_users[ref]
+                    del self._blobs[ref]
+        for input_id in [i for i, (item, _) in self._inputs.items() if item.thread_id in gone]:
+            del self._inputs[input_id]
+            self._consumed.discard(input_id)
+        for key in [k for k in self._dedup if k[0] in gone]:
+            del self._dedup[key]
+        for entry_id in [i for i, c in self._outbox.items() if c.entry.thread_id in gone]:
+            entry = self._outbox.pop(entry_id).entry
+            self._open_calls.discard(entry_id)
+            self._call_ids.discard((entry.thread_id, entry.call_id))
+        return len(tree)
+
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+        """Store ``chunks`` as one blob (by content) that ``thread_id`` refers to."""
+        self._row(thread_id)
+        chunker = Chunker()
+        stored: list[bytes] = []
+        async for batch in chunker.batches(chunks):
+            stored.extend(chunk for _, chunk in batch)
+        self._row(thread_id)  # deleted while the pieces came in?
+        blob = chunker.blob
+        if blob.ref not in self._blobs:
+            self._blobs[blob.ref] = (blob.size, stored)
+        self._blob_refs.setdefault(thread_id, set()).add(blob.ref)
+        self._blob_users.setdefault(blob.ref, set()).add(thread_id)
+        return blob
+
+    def _visible_blob(self, thread_id: str, ref: str) -> tuple[int, list[bytes]]:
+        self._row(thread_id)
+        lineage: str | None = thread_id
+        while lineage is not None:
+            if ref in self._blob_refs.get(lineage, ()):
+                return self._blobs[ref]
+            lineage = self._threads[lineage].thread.parent_id
+        raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
+
+    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
+        """The blob ``ref`` if ``thread_id`` or an ancestor refers to it."""
+        size, _ = self._visible_blob(thread_id, ref)
+        return BlobRef(ref=ref, size=size)
+
+    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
+        """A byte range of a blob ``thread_id`` may see."""
+        length = read_length(offset, length)
+        size, stored = self._visible_blob(thread_id, ref)
+        parts = []
+        for idx in chunk_span(offset, length, size, CHUNK_BYTES):
+            start = idx * CHUNK_BYTES
+            parts.append(stored[idx][max(0, offset - start) : offset + length - start])
+        data = b"".join(parts)
+        self.blob_read_bytes += len(data)
+        return data

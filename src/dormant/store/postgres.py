@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -52,16 +53,29 @@ from ..records import (
 from . import postgres_sql as q
 from .base import clamp_limit, seq_cursor
 from .batching import BatchQueue
-from .rows import MESSAGE_COLS, OUTBOX_COLS, THREAD_COLS, row_entry, row_input, row_message, row_thread
+from .postgres_blobs import PostgresBlobs
+from .rows import (
+    MESSAGE_COLS,
+    OUTBOX_COLS,
+    THREAD_COLS,
+    THREAD_WIDTH,
+    row_entry,
+    row_input,
+    row_message,
+    row_thread,
+)
 
 log = logging.getLogger("dormant.store.postgres")
 
 Conn = q.Conn
 Rows = q.Rows
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Ordered migrations: (version reached, SQL). A new database runs the schema file.
-MIGRATIONS: list[tuple[int, str]] = []
+MIGRATIONS: list[tuple[int, str]] = [
+    # token counts, compaction summaries, blobs (issue 4); the commit function as of v2
+    (2, resources.files(__package__).joinpath("postgres_migrations/v2.sql").read_text()),
+]
 
 #: Notification channels: ready input (wake schedulers), new outbox entries (dispatchers).
 CHANNELS = {"threads": "dormant_threads", "outbox": "dormant_outbox"}
@@ -85,7 +99,7 @@ def _check_url(url: str) -> None:
         raise UsageError(f"not a PostgreSQL URL: {url!r} (expected postgresql://user@host/db)")
 
 
-class PostgresStore:
+class PostgresStore(PostgresBlobs):
     """The scale-out store. See the module docstring for the write path.
 
     ``pool_size`` bounds the read connections of this process; the writer holds one
@@ -185,6 +199,7 @@ class PostgresStore:
             queue_bytes=self.queue_bytes,
         )
         self._start_listener()
+        await self.sweep_blobs()  # what puts that never finished left more than an hour ago
 
     def _start_listener(self) -> None:
         """Listen (one more connection) only when someone wants the hints: a runtime
@@ -501,7 +516,7 @@ class PostgresStore:
 
         def decode(rows: Rows, count: int) -> list[Claim]:
             ordered = sorted(rows, key=lambda r: (r[1], r[0]))
-            return [Claim(thread_id=r[0], token=token, expires_at=expires) for r in ordered]
+            return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[2]) for r in ordered]
 
         result: list[Claim] = await self._write(q.Job(q.CLAIM_THREADS, params, decode))
         return result
@@ -520,19 +535,21 @@ class PostgresStore:
                 inputs: list[Input] = []
                 size = 0
                 for row in rows:
-                    if row[11] is None:  # the LEFT JOIN found no ready input
+                    if row[THREAD_WIDTH] is None:  # the LEFT JOIN found no ready input
                         break
-                    size += len(row[15])
+                    size += len(row[THREAD_WIDTH + 4])
                     if inputs and size > limits.max_input_bytes:
                         break
-                    inputs.append(row_input(row[11:]))
-                view = self.views.get(thread.id, thread.last_seq, limits)
-                if view is None:
-                    view = await q.load_view(conn, thread, limits)
-                    self.views.put(thread.id, thread.last_seq, limits, view)
+                    inputs.append(row_input(row[THREAD_WIDTH:]))
+                cached = self.views.get(thread, limits)
+                if cached is None:
+                    view, summary, inherited = await q.load_view(conn, thread, limits)
+                    self.views.put(thread, limits, view, summary, inherited)
+                else:
+                    view, summary, inherited = cached
         except (psycopg.Error, PoolTimeout) as exc:
             raise q.translate(exc) from exc
-        return SliceLoad(thread=thread, view=view, inputs=tuple(inputs))
+        return SliceLoad(thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited)
 
     async def commit_slice(self, plan: CommitPlan) -> None:
         """Apply a slice plan atomically; LeaseLost if the lease is gone."""
@@ -551,12 +568,14 @@ class PostgresStore:
             notify=(_OUTBOX if plan.calls else 0) | (_THREADS if plan.admissions else 0),
         )
         size = sum(len(m.content) for m in messages) + sum(len(a.content) for a in plan.admissions) + 512
+        if plan.summary is not None:
+            size += len(plan.summary.content)
         try:
             await self._write(job, size)
         except BaseException:
             self.views.discard(plan.thread_id)
             raise
-        self.views.advance(plan.thread_id, messages)
+        self.views.advance(plan.thread_id, messages, summarized=plan.summary is not None)
 
     async def release(
         self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
@@ -581,11 +600,7 @@ class PostgresStore:
 
         def decode(rows: Rows, count: int) -> list[Claim]:
             held = {r[0] for r in rows}
-            return [
-                Claim(thread_id=c.thread_id, token=c.token, expires_at=expires)
-                for c in claims
-                if c.thread_id in held
-            ]
+            return [msgspec.structs.replace(c, expires_at=expires) for c in claims if c.thread_id in held]
 
         ids = [c.thread_id for c in claims]
         job = q.Job(q.RENEW_LEASES, (expires, ids, [c.token for c in claims]), decode, threads=ids)

@@ -30,10 +30,16 @@ CREATE TABLE threads (
     lease_owner   text,
     lease_expires double precision NOT NULL DEFAULT 0,
     created_at    double precision NOT NULL,
-    updated_at    double precision NOT NULL
+    updated_at    double precision NOT NULL,
+    -- prompt tokens of the thread's own messages, and of those its latest summary covers
+    tokens            bigint NOT NULL DEFAULT 0,
+    summarized_tokens bigint NOT NULL DEFAULT 0,
+    summary_seq       bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
+-- Children of a thread (deleting a thread takes its descendants).
+CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
 
 -- Input ids come from one sequence: never reused, increasing in admission order.
 CREATE SEQUENCE input_ids;
@@ -76,8 +82,47 @@ CREATE TABLE messages (
     source       text,
     input_id     bigint,
     created_at   double precision NOT NULL,
+    tokens       integer,  -- counted when written; NULL on rows written before schema 2
     PRIMARY KEY (thread_id, seq)
 );
+
+-- Compaction summaries: the originals stay in messages. made_at_seq is the thread's
+-- last_seq when the summary was written (a child spawned before it never sees it).
+CREATE TABLE summaries (
+    thread_id      text COLLATE "C" NOT NULL REFERENCES threads (id),
+    upto_seq       bigint NOT NULL,
+    made_at_seq    bigint NOT NULL,
+    content        text NOT NULL,
+    tokens         integer NOT NULL,
+    covered_tokens bigint NOT NULL,
+    created_at     double precision NOT NULL,
+    PRIMARY KEY (thread_id, upto_seq)
+);
+
+-- Large tool outputs, stored once by content (ref = 'sha256:<hex>'), in chunks.
+-- A blob being written lives under a 'tmp:' ref until its hash is known.
+CREATE TABLE blobs (
+    ref        text COLLATE "C" PRIMARY KEY,
+    size       bigint NOT NULL,
+    chunk_size integer NOT NULL,
+    created_at double precision NOT NULL
+);
+CREATE TABLE blob_chunks (
+    ref  text COLLATE "C" NOT NULL,
+    idx  integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (ref, idx)
+);
+-- Chunks are compressed data or text already cut to size: store them out of line,
+-- uncompressed, so a range read fetches only the chunks it needs.
+ALTER TABLE blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+-- Which threads refer to which blobs: a blob no thread refers to is garbage.
+CREATE TABLE blob_refs (
+    thread_id text COLLATE "C" NOT NULL,
+    ref       text COLLATE "C" NOT NULL,
+    PRIMARY KEY (thread_id, ref)
+);
+CREATE INDEX blob_refs_ref ON blob_refs (ref);
 
 -- Open async tool calls. A call that completes is deleted in the transaction that
 -- admits its result; dead-lettered and unknown calls stay for inspection.
@@ -186,8 +231,13 @@ DECLARE
     v_last bigint;
     v_agent text;
     v_deleted integer;
+    v_summary jsonb := p_plan -> 'summary';
+    v_summary_seq bigint;
+    v_tokens bigint := (SELECT coalesce(sum((m ->> 'tokens')::bigint), 0)
+                        FROM jsonb_array_elements(p_plan -> 'messages') m);
 BEGIN
-    SELECT t.lease_token, t.last_seq, t.agent INTO v_token, v_last, v_agent
+    SELECT t.lease_token, t.last_seq, t.agent, t.summary_seq
+    INTO v_token, v_last, v_agent, v_summary_seq
     FROM threads t WHERE t.id = v_thread FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'DM002', MESSAGE = format('no thread %L', v_thread);
@@ -195,6 +245,22 @@ BEGIN
     IF v_token IS DISTINCT FROM p_plan ->> 'token' THEN
         RAISE EXCEPTION USING ERRCODE = 'DM001',
             MESSAGE = format('lease on thread %L was lost before commit', v_thread);
+    END IF;
+    IF jsonb_typeof(v_summary) = 'object' THEN
+        -- a summary moves forward and covers stored messages only
+        IF (v_summary ->> 'upto_seq')::bigint <= v_summary_seq
+           OR (v_summary ->> 'upto_seq')::bigint > v_last THEN
+            RAISE EXCEPTION USING ERRCODE = 'DM003',
+                MESSAGE = format('the summary of %L does not move forward over stored messages', v_thread);
+        END IF;
+        INSERT INTO summaries (thread_id, upto_seq, made_at_seq, content, tokens, covered_tokens,
+                               created_at)
+        VALUES (v_thread, (v_summary ->> 'upto_seq')::bigint, (v_summary ->> 'made_at_seq')::bigint,
+                v_summary ->> 'content', (v_summary ->> 'tokens')::integer,
+                (v_summary ->> 'covered_tokens')::bigint,
+                coalesce(nullif((v_summary ->> 'created_at')::double precision, 0), p_now));
+    ELSE
+        v_summary := NULL;
     END IF;
     IF jsonb_array_length(p_plan -> 'consumed') > 0 THEN
         v_consumed := ARRAY(SELECT jsonb_array_elements_text(p_plan -> 'consumed')::bigint);
@@ -212,13 +278,14 @@ BEGIN
                 MESSAGE = format('the messages of %L do not continue its history', v_thread);
         END IF;
         INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name,
-                              source, input_id, created_at)
+                              source, input_id, created_at, tokens)
         SELECT v_thread, m.seq, m.role, m.content,
                CASE WHEN jsonb_array_length(m.tool_calls) > 0 THEN m.tool_calls::text END,
-               m.tool_call_id, m.name, m.source, m.input_id, coalesce(nullif(m.created_at, 0), p_now)
+               m.tool_call_id, m.name, m.source, m.input_id, coalesce(nullif(m.created_at, 0), p_now),
+               m.tokens
         FROM jsonb_to_recordset(p_plan -> 'messages') AS m (
             seq bigint, role text, content text, tool_calls jsonb, tool_call_id text, name text,
-            source text, input_id bigint, created_at double precision);
+            source text, input_id bigint, created_at double precision, tokens integer);
     END IF;
     IF jsonb_array_length(p_plan -> 'calls') > 0 THEN
         INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
@@ -237,6 +304,9 @@ BEGIN
         last_seq = CASE WHEN v_messages > 0 THEN v_first + v_messages - 1 ELSE t.last_seq END,
         awaiting = v_awaiting, failures = 0, error = NULL,
         lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = p_now,
+        tokens = t.tokens + v_tokens,
+        summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
+        summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i
                      WHERE i.thread_id = v_thread AND (v_awaiting = 0 OR i.kind = 'tool_result')),
         ready_at = (SELECT min(i.not_before) FROM inputs i

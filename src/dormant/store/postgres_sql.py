@@ -27,8 +27,8 @@ from ..errors import (
     StoreFull,
     StoreLocked,
 )
-from ..records import Message, Thread, ViewLimits
-from .rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, THREAD_COLS, row_message
+from ..records import Message, Summary, Thread, ViewLimits
+from .rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, row_message, row_summary
 
 Conn = psycopg.AsyncConnection[TupleRow]
 Rows = list[tuple[Any, ...]]
@@ -60,7 +60,7 @@ WITH picked AS (
 )
 UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s
 FROM picked WHERE t.id = picked.id
-RETURNING t.id, picked.ready_key
+RETURNING t.id, picked.ready_key, t.agent
 """
 RENEW_LEASES = """
 UPDATE threads t SET lease_expires = %s
@@ -111,7 +111,14 @@ WHERE t.id = %(id)s
 ORDER BY i.id
 """
 NEWEST_MESSAGES = (
-    f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq <= %s ORDER BY seq DESC LIMIT %s"
+    f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq <= %s AND seq > %s "
+    "ORDER BY seq DESC LIMIT %s"
+)
+SUMMARY_AT = f"SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = %s AND upto_seq = %s"
+# The latest summary a child spawned at parent_seq inherited from that parent.
+SUMMARY_INHERITED = (
+    f"SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = %s AND made_at_seq <= %s "
+    "ORDER BY upto_seq DESC LIMIT 1"
 )
 PARENT_OF = "SELECT parent_id, parent_seq FROM threads WHERE id = %s"
 HAS_WORK = """
@@ -122,7 +129,8 @@ SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <=
 TABLE_BYTES = """
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
-  AND c.relname IN ('threads', 'inputs', 'input_keys', 'messages', 'outbox', 'schema_version')
+  AND c.relname IN ('threads', 'inputs', 'input_keys', 'messages', 'outbox', 'schema_version',
+                    'summaries', 'blobs', 'blob_chunks', 'blob_refs')
 """
 
 _encode = msgspec.json.encode
@@ -201,24 +209,46 @@ class Job:
 
 
 class _Missing(Exception):
-    """build_view asked for data not fetched yet: (thread, max_seq, limit) or (thread,)."""
+    """build_view asked for data not fetched yet: (thread, max_seq, min_seq, limit) or (thread,)."""
 
 
-async def load_view(conn: Conn, thread: Thread, limits: ViewLimits) -> tuple[Message, ...]:
-    """:func:`~dormant.context.build_view` over data fetched on demand.
+async def load_view(
+    conn: Conn, thread: Thread, limits: ViewLimits
+) -> tuple[tuple[Message, ...], Summary | None, int]:
+    """:func:`~dormant.context.build_view` over data fetched on demand: the view, its
+    summary and how many of its messages are inherited.
 
     build_view is pure and its callbacks are synchronous, so it runs against what has
-    been fetched so far; when it asks for more (an ancestor's messages, a parent link)
-    the answer is fetched and it runs again: one round trip per level of lineage.
+    been fetched so far; when it asks for more (older messages, a parent link) the
+    answer is fetched and it runs again: one round trip per chunk or level of lineage.
     """
-    messages: dict[tuple[str, int], tuple[int, list[Message]]] = {}
+    messages: dict[tuple[str, int, int], tuple[int, list[Message]]] = {}
     parents: dict[str, tuple[str, int] | None] = {}
 
-    def fetch(thread_id: str, max_seq: int, limit: int) -> list[Message]:
-        got = messages.get((thread_id, max_seq))
+    async def parent(thread_id: str) -> tuple[str, int] | None:
+        if thread_id not in parents:
+            row = await (await conn.execute(PARENT_OF, (thread_id,))).fetchone()
+            parents[thread_id] = (row[0], row[1]) if row and row[0] else None
+        return parents[thread_id]
+
+    summary: Summary | None = None
+    if thread.summary_seq:
+        row = await (await conn.execute(SUMMARY_AT, (thread.id, thread.summary_seq))).fetchone()
+        summary = row_summary(row) if row else None
+    else:
+        link = (thread.parent_id, thread.parent_seq) if thread.parent_id else None
+        while link is not None:
+            row = await (await conn.execute(SUMMARY_INHERITED, link)).fetchone()
+            if row is not None:
+                summary = row_summary(row)
+                break
+            link = await parent(link[0])
+
+    def fetch(thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
+        got = messages.get((thread_id, max_seq, min_seq))
         # a shorter answer than asked for means the history ended there
         if got is None or (got[0] < limit and len(got[1]) >= got[0]):
-            raise _Missing(thread_id, max_seq, limit)
+            raise _Missing(thread_id, max_seq, min_seq, limit)
         return got[1][:limit]
 
     def parent_of(thread_id: str) -> tuple[str, int] | None:
@@ -228,13 +258,13 @@ async def load_view(conn: Conn, thread: Thread, limits: ViewLimits) -> tuple[Mes
 
     while True:
         try:
-            return build_view(thread, limits, fetch, parent_of)
+            view, inherited = build_view(thread, limits, fetch, parent_of, summary)
+            return view, summary, inherited
         except _Missing as missing:
-            if len(missing.args) == 3:
-                thread_id, max_seq, limit = missing.args
-                cursor = await conn.execute(NEWEST_MESSAGES, (thread_id, max_seq, limit))
-                messages[(thread_id, max_seq)] = (limit, [row_message(r) for r in await cursor.fetchall()])
+            if len(missing.args) == 4:
+                thread_id, max_seq, min_seq, limit = missing.args
+                cursor = await conn.execute(NEWEST_MESSAGES, (thread_id, max_seq, min_seq, limit))
+                rows = [row_message(r) for r in await cursor.fetchall()]
+                messages[(thread_id, max_seq, min_seq)] = (limit, rows)
             else:
-                (thread_id,) = missing.args
-                row = await (await conn.execute(PARENT_OF, (thread_id,))).fetchone()
-                parents[thread_id] = (row[0], row[1]) if row and row[0] else None
+                await parent(missing.args[0])

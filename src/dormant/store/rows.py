@@ -11,16 +11,18 @@ from typing import Any
 
 import msgspec
 
-from ..records import Input, Message, OutboxEntry, Priority, Thread, ToolCall
+from ..records import Input, Message, OutboxEntry, Priority, Summary, Thread, ToolCall
 
 THREAD_COLS = (
-    "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at"
+    "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at, "
+    "tokens, summarized_tokens, summary_seq"
 )
 INPUT_COLS = (
     "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
     "call_id, tool_name, is_error, source"
 )
-MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at"
+MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at, tokens"
+SUMMARY_COLS = "thread_id, upto_seq, content, tokens, covered_tokens, made_at_seq, created_at"
 OUTBOX_COLS = (
     "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
     "lease_token, last_error, created_at"
@@ -45,6 +47,9 @@ def row_thread(row: Sequence[Any]) -> Thread:
         error=row[8],
         created_at=row[9],
         updated_at=row[10],
+        tokens=row[11],
+        summarized_tokens=row[12],
+        summary_seq=row[13],
     )
 
 
@@ -78,6 +83,20 @@ def row_message(row: Sequence[Any]) -> Message:
         source=row[6],
         input_id=row[7],
         created_at=row[8],
+        tokens=row[9] or 0,
+    )
+
+
+def row_summary(row: Sequence[Any]) -> Summary:
+    """A ``summaries`` row (SUMMARY_COLS) as a :class:`Summary`."""
+    return Summary(
+        thread_id=row[0],
+        upto_seq=row[1],
+        content=row[2],
+        tokens=row[3],
+        covered_tokens=row[4],
+        made_at_seq=row[5],
+        created_at=row[6],
     )
 
 

@@ -24,7 +24,7 @@ import apsw
 import msgspec
 
 from .. import inbox
-from ..context import ViewCache, build_view
+from ..context import ViewCache, build_view, message_bytes, message_tokens
 from ..errors import LeaseLost, NotFound, SchemaError, StoreError, UsageError
 from ..records import (
     Admission,
@@ -38,6 +38,7 @@ from ..records import (
     Page,
     SliceLoad,
     StoreStatus,
+    Summary,
     Thread,
     ViewLimits,
 )
@@ -50,8 +51,10 @@ from .rows import (
     row_entry,
     row_input,
     row_message,
+    row_summary,
     row_thread,
 )
+from .sqlite_blobs import SQLiteBlobs
 from .sqlite_sql import (
     CLAIM_OUTBOX,
     CLAIM_THREADS,
@@ -59,11 +62,15 @@ from .sqlite_sql import (
     INSERT_CALL,
     INSERT_INPUT,
     INSERT_MESSAGE,
+    INSERT_SUMMARY,
     LOAD_SLICE,
     MARK_READY,
     MIGRATIONS,
+    NEWEST_MESSAGES,
     REFRESH_READY,
     SCHEMA_VERSION,
+    SUMMARY_AT,
+    SUMMARY_INHERITED,
     encode,
     file_size,
     path_from_url,
@@ -74,7 +81,7 @@ from .sqlite_writer import Conn, GroupWriter, Job
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore", "translate"]
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteBlobs):
     """The embedded default store. See the module docstring for the write path."""
 
     def __init__(
@@ -102,6 +109,10 @@ class SQLiteStore:
         self.busy_timeout_ms = busy_timeout_ms
         self.page_size = page_size
         self.views = ViewCache(view_cache_bytes)
+        # statements and message bytes read to build views (a cache hit reads none)
+        self.view_reads = 0
+        self.view_read_bytes = 0
+        self.view_read_tokens = 0
         self.writer_thread = writer_thread
         self.max_input_bytes = max_input_bytes
         self.batch_jobs = batch_jobs
@@ -187,6 +198,7 @@ class SQLiteStore:
             queue_jobs=self.queue_jobs,
             queue_bytes=self.queue_bytes,
         )
+        await self.sweep_blobs()  # what puts that never finished left more than an hour ago
 
     def _damaged(self, exc: SchemaError) -> SchemaError:
         """``exc``, reworded to say what to do when the file itself is damaged."""
@@ -411,7 +423,7 @@ class SQLiteStore:
                 CLAIM_THREADS,
                 {"now": now, "limit": limit, "token": token, "worker": worker, "expires": expires},
             ).fetchall()
-            return [Claim(thread_id=r[0], token=token, expires_at=expires) for r in rows]
+            return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1]) for r in rows]
 
         result: list[Claim] = await self._write(job)
         return result
@@ -436,29 +448,53 @@ class SQLiteStore:
                     break
                 inputs.append(row_input(row[THREAD_WIDTH:]))
 
-            def fetch(thread_id: str, max_seq: int, limit: int) -> list[Message]:
-                return [
-                    row_message(r)
-                    for r in conn.execute(
-                        f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq <= ? "
-                        "ORDER BY seq DESC LIMIT ?",
-                        (thread_id, max_seq, limit),
-                    )
-                ]
-
-            def parent_of(thread_id: str) -> tuple[str, int] | None:
-                row = conn.execute(
-                    "SELECT parent_id, parent_seq FROM threads WHERE id = ?", (thread_id,)
-                ).fetchone()
-                return (row[0], row[1]) if row and row[0] else None
-
-            view = self.views.get(thread.id, thread.last_seq, limits)
-            if view is None:
-                view = build_view(thread, limits, fetch, parent_of)
-                self.views.put(thread.id, thread.last_seq, limits, view)
+            cached = self.views.get(thread, limits)
+            if cached is None:
+                summary = self._summary_for(conn, thread)
+                view, inherited = build_view(
+                    thread, limits, self._fetcher(conn), self._parent_of(conn), summary
+                )
+                self.views.put(thread, limits, view, summary, inherited)
+            else:
+                view, summary, inherited = cached
         except apsw.Error as exc:
             raise translate(exc) from exc
-        return SliceLoad(thread=thread, view=view, inputs=tuple(inputs))
+        return SliceLoad(thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited)
+
+    def _fetcher(self, conn: Conn) -> Callable[[str, int, int, int], list[Message]]:
+        def fetch(thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
+            messages = [
+                row_message(r) for r in conn.execute(NEWEST_MESSAGES, (thread_id, max_seq, min_seq, limit))
+            ]
+            self.view_reads += 1
+            self.view_read_bytes += sum(message_bytes(m) for m in messages)
+            self.view_read_tokens += sum(message_tokens(m) for m in messages)
+            return messages
+
+        return fetch
+
+    @staticmethod
+    def _parent_of(conn: Conn) -> Callable[[str], tuple[str, int] | None]:
+        def parent_of(thread_id: str) -> tuple[str, int] | None:
+            row = conn.execute(
+                "SELECT parent_id, parent_seq FROM threads WHERE id = ?", (thread_id,)
+            ).fetchone()
+            return (row[0], row[1]) if row and row[0] else None
+
+        return parent_of
+
+    def _summary_for(self, conn: Conn, thread: Thread) -> Summary | None:
+        """The thread's latest summary, else the one its nearest ancestor had at the spawn."""
+        if thread.summary_seq:
+            row = conn.execute(SUMMARY_AT, (thread.id, thread.summary_seq)).fetchone()
+            return row_summary(row) if row else None
+        link = (thread.parent_id, thread.parent_seq) if thread.parent_id else None
+        while link is not None:
+            row = conn.execute(SUMMARY_INHERITED, link).fetchone()
+            if row is not None:
+                return row_summary(row)
+            link = self._parent_of(conn)(link[0])
+        return None
 
     async def commit_slice(self, plan: CommitPlan) -> None:
         """Apply a slice plan atomically; LeaseLost if the lease is gone."""
@@ -466,7 +502,11 @@ class SQLiteStore:
         first_seq = plan.messages[0].seq if plan.messages else None
         if any(m.seq != plan.messages[0].seq + n for n, m in enumerate(plan.messages)):
             raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
+        summary = plan.summary
         finish = {
+            "tokens": sum(m.tokens for m in plan.messages),
+            "upto": summary.upto_seq if summary else None,
+            "covered": summary.covered_tokens if summary else None,
             "first_seq": first_seq,
             "last_seq": plan.messages[-1].seq if plan.messages else None,
             "awaiting": plan.awaiting,
@@ -490,8 +530,24 @@ class SQLiteStore:
                 # raised after writes: the writer re-runs the batch with savepoints,
                 # so this job's changes are rolled back and nothing else's
                 self._check_lease(conn, plan.thread_id, plan.token)
-                raise StoreError(f"the messages of {plan.thread_id!r} do not continue its history")
+                raise StoreError(
+                    f"the plan of {plan.thread_id!r} does not fit its stored state (its messages do not "
+                    "continue the history, or its summary does not move forward over stored messages)"
+                )
             agent = row[0]
+            if summary is not None:
+                conn.execute(
+                    INSERT_SUMMARY,
+                    (
+                        plan.thread_id,
+                        summary.upto_seq,
+                        summary.made_at_seq,
+                        summary.content,
+                        summary.tokens,
+                        summary.covered_tokens,
+                        summary.created_at or now,
+                    ),
+                )
             if plan.messages:
                 conn.executemany(
                     INSERT_MESSAGE,
@@ -507,6 +563,7 @@ class SQLiteStore:
                             m.source,
                             m.input_id,
                             m.created_at or now,
+                            m.tokens,
                         )
                         for m in plan.messages
                     ],
@@ -530,12 +587,14 @@ class SQLiteStore:
 
         inbox.validate(plan.admissions, self.max_input_bytes)
         size = sum(len(m.content) for m in plan.messages) + 512
+        if summary is not None:
+            size += len(summary.content)
         try:
             await self._write(job, size)
         except BaseException:
             self.views.discard(plan.thread_id)
             raise
-        self.views.advance(plan.thread_id, plan.messages)
+        self.views.advance(plan.thread_id, plan.messages, summarized=summary is not None)
 
     @staticmethod
     def _check_lease(conn: Conn, thread_id: str, token: str) -> None:
@@ -578,7 +637,7 @@ class SQLiteStore:
                     (expires, claim.thread_id, claim.token),
                 )
                 if conn.changes():
-                    kept.append(Claim(thread_id=claim.thread_id, token=claim.token, expires_at=expires))
+                    kept.append(msgspec.structs.replace(claim, expires_at=expires))
             return kept
 
         result: list[Claim] = await self._write(job)

@@ -22,9 +22,15 @@ CREATE TABLE threads (
     lease_owner   TEXT,
     lease_expires REAL NOT NULL DEFAULT 0,
     created_at    REAL NOT NULL,
-    updated_at    REAL NOT NULL
+    updated_at    REAL NOT NULL,
+    -- prompt tokens of the thread's own messages, and of those its latest summary covers
+    tokens            INTEGER NOT NULL DEFAULT 0,
+    summarized_tokens INTEGER NOT NULL DEFAULT 0,
+    summary_seq       INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+-- Children of a thread (deleting a thread takes its descendants).
+CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
 
 -- Pending inputs only: the slice that consumes an input deletes it in its
 -- transaction (the message made from it keeps its id). AUTOINCREMENT: ids are
@@ -67,9 +73,46 @@ CREATE TABLE messages (
     name         TEXT,
     source       TEXT,
     input_id     INTEGER,
-    created_at   REAL NOT NULL
+    created_at   REAL NOT NULL,
+    tokens       INTEGER  -- counted when written; NULL on rows written before schema 2
 );
 CREATE UNIQUE INDEX messages_thread_seq ON messages (thread_id, seq);
+
+-- Compaction summaries: the originals stay in messages. made_at_seq is the thread's
+-- last_seq when the summary was written (a child spawned before it never sees it).
+CREATE TABLE summaries (
+    thread_id      TEXT NOT NULL REFERENCES threads(id),
+    upto_seq       INTEGER NOT NULL,
+    made_at_seq    INTEGER NOT NULL,
+    content        TEXT NOT NULL,
+    tokens         INTEGER NOT NULL,
+    covered_tokens INTEGER NOT NULL,
+    created_at     REAL NOT NULL,
+    PRIMARY KEY (thread_id, upto_seq)
+);
+
+-- Large tool outputs, stored once by content (ref = 'sha256:<hex>'), in chunks.
+-- A blob being written lives under a 'tmp:' ref until its hash is known.
+CREATE TABLE blobs (
+    ref        TEXT PRIMARY KEY,
+    size       INTEGER NOT NULL,
+    chunk_size INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE blob_chunks (
+    id   INTEGER PRIMARY KEY,
+    ref  TEXT NOT NULL,
+    idx  INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE UNIQUE INDEX blob_chunks_ref ON blob_chunks (ref, idx);
+-- Which threads refer to which blobs: a blob no thread refers to is garbage.
+CREATE TABLE blob_refs (
+    thread_id TEXT NOT NULL,
+    ref       TEXT NOT NULL,
+    PRIMARY KEY (thread_id, ref)
+) WITHOUT ROWID;
+CREATE INDEX blob_refs_ref ON blob_refs (ref);
 
 -- Open async tool calls. A call that completes is deleted in the transaction that
 -- admits its result (the call and the result live on in messages); dead-lettered

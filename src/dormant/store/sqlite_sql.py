@@ -19,11 +19,53 @@ from ..errors import (
     StoreLocked,
     UsageError,
 )
-from .rows import INPUT_COLS, OUTBOX_COLS, THREAD_COLS
+from .rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Ordered migrations: (version reached, SQL). A new database runs the schema file.
-MIGRATIONS: list[tuple[int, str]] = []
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        2,
+        # token counts, compaction summaries, blobs (issue 4). Messages written before
+        # keep tokens NULL: views estimate them from their length.
+        """
+ALTER TABLE threads ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN summarized_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE threads ADD COLUMN summary_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN tokens INTEGER;
+CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
+CREATE TABLE summaries (
+    thread_id      TEXT NOT NULL REFERENCES threads(id),
+    upto_seq       INTEGER NOT NULL,
+    made_at_seq    INTEGER NOT NULL,
+    content        TEXT NOT NULL,
+    tokens         INTEGER NOT NULL,
+    covered_tokens INTEGER NOT NULL,
+    created_at     REAL NOT NULL,
+    PRIMARY KEY (thread_id, upto_seq)
+);
+CREATE TABLE blobs (
+    ref        TEXT PRIMARY KEY,
+    size       INTEGER NOT NULL,
+    chunk_size INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE blob_chunks (
+    id   INTEGER PRIMARY KEY,
+    ref  TEXT NOT NULL,
+    idx  INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE UNIQUE INDEX blob_chunks_ref ON blob_chunks (ref, idx);
+CREATE TABLE blob_refs (
+    thread_id TEXT NOT NULL,
+    ref       TEXT NOT NULL,
+    PRIMARY KEY (thread_id, ref)
+) WITHOUT ROWID;
+CREATE INDEX blob_refs_ref ON blob_refs (ref);
+""",
+    ),
+]
 
 encode = msgspec.json.encode
 
@@ -54,7 +96,7 @@ WHERE id IN (
     SELECT id FROM threads
     WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
     ORDER BY ready_key LIMIT :limit)
-RETURNING id
+RETURNING id, agent
 """
 CLAIM_OUTBOX = f"""
 UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = :token,
@@ -72,8 +114,23 @@ RETURNING id
 """
 INSERT_MESSAGE = """
 INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name, source,
-                      input_id, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      input_id, created_at, tokens)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_SUMMARY = """
+INSERT INTO summaries (thread_id, upto_seq, made_at_seq, content, tokens, covered_tokens, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+# The newest messages of a thread in (min_seq, max_seq], newest first: a view's read.
+NEWEST_MESSAGES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq <= ? AND seq > ?
+ORDER BY seq DESC LIMIT ?
+"""
+SUMMARY_AT = f"SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = ? AND upto_seq = ?"
+# The latest summary a child spawned at parent_seq ?2 inherited from thread ?1.
+SUMMARY_INHERITED = f"""
+SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = ?1 AND made_at_seq <= ?2
+ORDER BY upto_seq DESC LIMIT 1
 """
 INSERT_CALL = """
 INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
@@ -82,13 +139,18 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
 # Release a committed slice's lease and recompute readiness with the new awaiting count
 # (:awaiting, not the column: SET expressions see the row's old values).
+# A summary (:upto not NULL) must move forward and cover only stored messages.
 FINISH_SLICE = """
 UPDATE threads SET
   last_seq = coalesce(:last_seq, last_seq), awaiting = :awaiting, failures = 0, error = NULL,
   lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = :now,
+  tokens = tokens + :tokens,
+  summary_seq = coalesce(:upto, summary_seq),
+  summarized_tokens = coalesce(:covered, summarized_tokens),
   (ready_key, ready_at) = (SELECT MIN(i.sort_key), MIN(i.not_before) FROM inputs i
                            WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result'))
 WHERE id = :id AND lease_token = :token AND (:first_seq IS NULL OR last_seq = :first_seq - 1)
+  AND (:upto IS NULL OR (:upto > summary_seq AND :upto <= last_seq))
 RETURNING agent
 """
 MARK_READY = """

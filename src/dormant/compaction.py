@@ -1,0 +1,126 @@
+"""Compaction: when to summarize a thread's history, where to cut it, what to ask.
+
+Pure logic; the runtime calls the model and commits the :class:`~dormant.records.Summary`
+with the slice's plan. A summary covers the thread's history up to and including
+``upto_seq`` (and whatever it inherited or the previous summary covered); later views
+show the summary and the messages after it. The originals stay in the store.
+
+The cut point obeys the pairing rules: it never falls between an assistant tool call
+and its results, and never at or after a call still waiting for its result, so a
+pending call stays visible and its result, when it comes, follows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .context import message_tokens
+from .models.base import ModelRequest
+from .records import Message, SliceLoad, Summary, Thread, ViewLimits
+
+DEFAULT_PROMPT = """\
+You are compacting the history of a long-running conversation so that it can go on \
+within a limited context window. Write a summary that a reader who never saw the \
+conversation could continue from: the user's goals and standing instructions, decisions \
+made and why, facts learned, identifiers (names, ids, paths, numbers, URLs) that may \
+matter later, work done and its results, and open questions and pending work. Plain \
+prose and short lists, no preamble. Keep it under {max_words} words.\
+"""
+
+#: The closing request after the history to summarize.
+INSTRUCTION = "Summarize the conversation so far as instructed. Reply with the summary only."
+
+
+#: Characters per token assumed to turn a view's byte cap into tokens (English text).
+CHARS_PER_TOKEN = 4
+
+
+def due(thread: Thread, limits: ViewLimits, share: float) -> bool:
+    """Whether what was written since the latest summary passes ``share`` of what a view
+    holds (never when ``share`` is 0: compaction is off).
+
+    A view holds ``limits.max_tokens`` (what the model's window leaves for history),
+    and no more than its message and byte caps: compacting by the smallest of them
+    means no message drops out of the view before a summary covers it.
+    """
+    if share <= 0:
+        return False
+    capacity = min(limits.max_tokens, limits.max_bytes // CHARS_PER_TOKEN)
+    messages = thread.last_seq - thread.summary_seq
+    return thread.tokens_since_summary > share * capacity or messages > share * limits.max_messages
+
+
+def pending_calls(messages: Sequence[Message]) -> set[str]:
+    """Ids of the assistant tool calls in ``messages`` that have no result after them."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if message.role == "assistant":
+            open_calls.update(call.id for call in message.tool_calls)
+        elif message.role == "tool" and message.tool_call_id:
+            open_calls.discard(message.tool_call_id)
+    return open_calls
+
+
+def cut_index(own: Sequence[Message], keep_tokens: int) -> int | None:
+    """Index in ``own`` (the thread's own messages of a view, oldest first) of the last
+    message to summarize, or None when no cut is allowed.
+
+    Keeps the newest messages whose tokens fit ``keep_tokens`` (at least the newest
+    message); the cut is moved earlier until the next message is not a tool result
+    and no pending call is at or before it.
+    """
+    if len(own) < 2:
+        return None
+    pending = pending_calls(own)
+    first_pending = next(
+        (i for i, m in enumerate(own) if any(call.id in pending for call in m.tool_calls)), len(own)
+    )
+    start = len(own) - 1  # the first message kept
+    kept = message_tokens(own[start])
+    while start > 0 and kept + message_tokens(own[start - 1]) <= keep_tokens:
+        start -= 1
+        kept += message_tokens(own[start])
+    start = min(start, first_pending)
+    while start > 0 and own[start].role == "tool":
+        start -= 1
+    return start - 1 if start > 0 else None
+
+
+def request(load: SliceLoad, index: int, prompt: str, max_words: int) -> ModelRequest:
+    """The model request that summarizes ``load``'s view through own message ``index``."""
+    covered = load.view[: load.inherited + index + 1]
+    closing = Message(seq=covered[-1].seq + 1, role="user", content=INSTRUCTION, source="compaction")
+    return ModelRequest(
+        thread_id=load.thread.id,
+        system=prompt.format(max_words=max_words),
+        messages=(*covered, closing),
+        summary=load.summary.content if load.summary is not None else None,
+    )
+
+
+def summary(load: SliceLoad, index: int, text: str, tokens: int, now: float) -> Summary:
+    """The summary record of ``text`` covering ``load``'s own messages through ``index``."""
+    own = load.view[load.inherited :]
+    # stored counts (a clipped message in the view counts less than it is stored with,
+    # so covered_tokens comes out too high: that only delays the next compaction)
+    after = sum(m.tokens for m in own[index + 1 :])
+    return Summary(
+        thread_id=load.thread.id,
+        upto_seq=own[index].seq,
+        content=text,
+        tokens=tokens,
+        covered_tokens=max(0, load.thread.tokens - after),
+        made_at_seq=load.thread.last_seq,
+        created_at=now,
+    )
+
+
+def compacted(load: SliceLoad, index: int, new: Summary) -> SliceLoad:
+    """``load`` as a view that starts from ``new``: summary plus the messages after it."""
+    return SliceLoad(
+        thread=load.thread,
+        view=load.view[load.inherited + index + 1 :],
+        inputs=load.inputs,
+        summary=new,
+        inherited=0,
+    )

@@ -1,0 +1,334 @@
+"""Compaction (:mod:`dormant.compaction`): when it is due, where it cuts, what it asks,
+what it records, and the view it leaves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from dormant import compaction
+from dormant.compaction import INSTRUCTION, cut_index, due, pending_calls
+from dormant.context import message_bytes, message_tokens, summary_bytes
+from dormant.records import Input, Message, Priority, Role, SliceLoad, Summary, Thread, ToolCall, ViewLimits
+from dormant.tokens import TokenCounter
+from tests.unit.test_context_properties import (
+    PROPERTIES,
+    World,
+    check_view,
+    histories,
+    worlds,
+)
+
+COUNTER = TokenCounter("o200k_base")
+
+
+def msg(
+    seq: int,
+    role: Role,
+    tokens: int = 10,
+    *,
+    calls: Sequence[str] = (),
+    result_of: str | None = None,
+) -> Message:
+    """A message with a given stored token count (cut_index reads only the counts)."""
+    return Message(
+        seq=seq,
+        role=role,
+        content=f"{role} {seq}",
+        tool_calls=tuple(ToolCall(id=c, name="f", arguments="{}") for c in calls),
+        tool_call_id=result_of,
+        tokens=tokens,
+    )
+
+
+def seqs(messages: Sequence[Message]) -> list[int]:
+    return [m.seq for m in messages]
+
+
+# -- due ---------------------------------------------------------------------------------
+
+
+def budget(tokens: int, messages: int = 10_000, size: int = 10**9) -> ViewLimits:
+    return ViewLimits(max_tokens=tokens, max_messages=messages, max_bytes=size)
+
+
+def test_due_when_tokens_since_the_summary_pass_the_share_of_the_budget() -> None:
+    thread = Thread(id="t", agent="a", tokens=1800, summarized_tokens=1000, last_seq=20, summary_seq=10)
+    assert thread.tokens_since_summary == 800
+    assert due(thread, budget(1000), share=0.75)
+    assert not due(thread, budget(1000), share=0.8), "at the share exactly: not yet"
+    assert not due(thread, budget(2000), share=0.75)
+    assert not due(Thread(id="t", agent="a"), budget(1000), share=0.75), "nothing written: never"
+    assert not due(thread, budget(1000), share=0.0), "share 0: compaction is off"
+
+
+def test_due_when_the_view_caps_would_drop_messages_before_the_budget_does() -> None:
+    thread = Thread(id="t", agent="a", tokens=800, last_seq=20)
+    assert not due(thread, budget(10_000), share=0.75)
+    assert due(thread, budget(10_000, messages=24), share=0.75), "20 messages > 0.75 x 24"
+    assert due(thread, budget(10_000, size=4_000), share=0.75), "800 tokens > 0.75 x 4,000 bytes / 4"
+    assert not due(thread, budget(10_000, messages=24), share=0.0)
+
+
+# -- pending calls -----------------------------------------------------------------------
+
+
+def test_pending_calls_are_the_calls_with_no_result_after_them() -> None:
+    history = [
+        msg(1, "assistant", calls=["a", "b"]),
+        msg(2, "tool", result_of="a"),
+        msg(3, "assistant", calls=["c"]),
+        msg(4, "user"),
+    ]
+    assert pending_calls(history) == {"b", "c"}
+    assert pending_calls([*history, msg(5, "tool", result_of="c"), msg(6, "tool", result_of="b")]) == set()
+    assert pending_calls([]) == set()
+
+
+# -- cut_index ---------------------------------------------------------------------------
+
+
+def test_no_cut_under_two_messages() -> None:
+    assert cut_index([], 0) is None
+    assert cut_index([msg(1, "user")], 0) is None
+
+
+def test_cut_keeps_the_newest_messages_that_fit_keep_tokens() -> None:
+    own = [msg(i, "user" if i % 2 else "assistant") for i in range(1, 7)]
+    assert cut_index(own, 35) == 2, "keeps the 3 newest (30 tokens)"
+    assert cut_index(own, 30) == 2
+    assert cut_index(own, 29) == 3
+
+
+def test_cut_keeps_at_least_the_newest_message() -> None:
+    own = [msg(1, "user"), msg(2, "assistant"), msg(3, "user", tokens=1000)]
+    assert cut_index(own, 0) == 1
+    assert cut_index(own, 10) == 1
+
+
+def test_no_cut_when_everything_fits() -> None:
+    own = [msg(1, "user"), msg(2, "assistant"), msg(3, "user")]
+    assert cut_index(own, 30) is None
+
+
+def test_cut_never_falls_between_a_call_and_its_results() -> None:
+    own = [
+        msg(1, "user"),
+        msg(2, "assistant", calls=["a", "b"]),
+        msg(3, "tool", result_of="a"),
+        msg(4, "tool", result_of="b"),
+        msg(5, "assistant"),
+    ]
+    # the 2 newest fit: the cut would fall after result a; it moves before the call
+    assert cut_index(own, 20) == 0
+    assert cut_index(own, 10) == 3, "after the last result: allowed"
+    assert cut_index(own, 35) == 0
+
+
+def test_cut_uses_the_estimate_for_messages_with_no_count() -> None:
+    legacy = Message(seq=3, role="user", content="x" * 300)
+    own = [msg(1, "user"), msg(2, "assistant"), legacy]
+    assert message_tokens(legacy) == 300 // 3 + 16 // 3 + 4 > 100
+    assert cut_index(own, 100) == 1
+    assert cut_index(own, message_tokens(legacy) + 10) == 0
+
+
+def test_a_pending_call_stays_after_the_cut() -> None:
+    own = [
+        msg(1, "user"),
+        msg(2, "assistant"),
+        msg(3, "assistant", calls=["slow"]),  # async: no result yet
+        msg(4, "user"),  # the user wrote meanwhile
+        msg(5, "assistant"),
+    ]
+    assert cut_index(own, 10) == 1, "not at or after the waiting call"
+    partly = [
+        msg(1, "user"),
+        msg(2, "assistant", calls=["a", "b"]),
+        msg(3, "tool", result_of="a"),  # b still waits
+        msg(4, "user"),
+    ]
+    assert cut_index(partly, 10) == 0
+    assert cut_index([msg(1, "assistant", calls=["a"]), msg(2, "user"), msg(3, "user")], 0) is None
+
+
+def test_no_cut_when_only_results_of_the_first_call_could_be_summarized() -> None:
+    own = [
+        msg(1, "assistant", calls=["a", "b"]),
+        msg(2, "tool", result_of="a"),
+        msg(3, "tool", result_of="b"),
+        msg(4, "user"),
+    ]
+    # the natural cut (after result a) moves back before the call: nothing left to cut;
+    # cutting later (after result b) would be valid too but keep less than keep_tokens allows
+    assert cut_index(own, 20) is None
+    assert cut_index(own, 10) == 2
+
+
+def valid_starts(own: Sequence[Message]) -> list[int]:
+    """Indexes where the kept part may start: no call before it has a result at or after it,
+    and no call before it waits for a result."""
+    pending = pending_calls(own)
+    out = []
+    for start in range(1, len(own)):
+        before = {c.id for m in own[:start] for c in m.tool_calls}
+        split = any(m.tool_call_id in before for m in own[start:] if m.role == "tool")
+        waiting = bool(before & pending)
+        if not split and not waiting:
+            out.append(start)
+    return out
+
+
+@settings(PROPERTIES, max_examples=500)
+@given(own=histories(huge=False), keep_tokens=st.integers(0, 3000))
+def test_cut_obeys_the_pairing_rules_and_keep_tokens(own: list[Message], keep_tokens: int) -> None:
+    index = cut_index(own, keep_tokens)
+    # the natural start: the oldest that keeps the newest messages within keep_tokens
+    natural = len(own) - 1
+    while natural > 0 and sum(message_tokens(m) for m in own[natural - 1 :]) <= keep_tokens:
+        natural -= 1
+    allowed = [s for s in valid_starts(own) if s <= natural]
+    if len(own) < 2 or not allowed:
+        assert index is None
+        return
+    assert index is not None
+    summarized, kept = own[: index + 1], own[index + 1 :]
+    assert kept, "at least the newest message is kept"
+    assert kept[0].role != "tool", "never between a call and its results"
+    called = {c.id for m in summarized for c in m.tool_calls}
+    assert not any(m.tool_call_id in called for m in kept), "a call and its results on one side"
+    assert not called & pending_calls(own), "a pending call stays after the cut"
+    # the latest allowed start at or before the natural one: what fits keep_tokens, plus
+    # what the pairing rules add (never less: a later allowed start is not taken)
+    assert index + 1 == max(allowed)
+    event("cut at the natural start" if index + 1 == natural else "cut moved earlier")
+    if index + 1 == natural and natural < len(own) - 1:
+        assert sum(message_tokens(m) for m in kept) <= keep_tokens
+
+
+# -- request, summary, compacted ---------------------------------------------------------
+
+
+def _load() -> SliceLoad:
+    """A child thread's load: 2 inherited messages, then its own 5 after a previous summary."""
+    inherited = (msg(1, "user", 7), msg(2, "assistant", 7))
+    own = (
+        msg(11, "user", 5),
+        msg(12, "assistant", 6, calls=["c"]),
+        msg(13, "tool", 7, result_of="c"),
+        msg(14, "assistant", 8),
+        msg(15, "user", 9),
+    )
+    thread = Thread(id="p/c", agent="a", parent_id="p", parent_seq=2, last_seq=15, tokens=1000, summary_seq=0)
+    previous = Summary(
+        thread_id="p", upto_seq=0, content="the parent's story", tokens=5, covered_tokens=0, made_at_seq=2
+    )
+    inputs = (
+        Input(
+            id=1,
+            thread_id="p/c",
+            kind="user",
+            dedup_key="k",
+            content="next",
+            priority=Priority.P1,
+            not_before=0.0,
+            admitted_at=0.0,
+        ),
+    )
+    return SliceLoad(thread=thread, view=(*inherited, *own), inputs=inputs, summary=previous, inherited=2)
+
+
+def test_request_asks_to_summarize_the_covered_part() -> None:
+    load = _load()
+    request = compaction.request(load, 2, "Summarize in under {max_words} words.", 123)
+    assert request.thread_id == "p/c"
+    assert request.system == "Summarize in under 123 words."
+    assert seqs(request.messages[:-1]) == [1, 2, 11, 12, 13], "what it inherited, then own up to the cut"
+    closing = request.messages[-1]
+    assert (closing.role, closing.content, closing.seq, closing.source) == (
+        "user",
+        INSTRUCTION,
+        14,
+        "compaction",
+    )
+    assert request.summary == "the parent's story", "the previous summary is passed on"
+    assert (
+        compaction.request(msgspec.structs.replace(load, summary=None), 2, "{max_words}", 1).summary is None
+    )
+    default = compaction.request(load, 2, compaction.DEFAULT_PROMPT, 500)
+    assert "under 500 words" in default.system and "{" not in default.system
+
+
+def test_summary_records_what_it_covers() -> None:
+    load = _load()
+    new = compaction.summary(load, 2, "they searched", tokens=4, now=99.0)
+    assert new == Summary(
+        thread_id="p/c",
+        upto_seq=13,
+        content="they searched",
+        tokens=4,
+        covered_tokens=1000 - (8 + 9),  # the thread's tokens minus those after the cut
+        made_at_seq=15,
+        created_at=99.0,
+    )
+    tiny = msgspec.structs.replace(load, thread=msgspec.structs.replace(load.thread, tokens=3))
+    assert compaction.summary(tiny, 2, "x", tokens=1, now=0.0).covered_tokens == 0, "never negative"
+
+
+def test_compacted_view_starts_after_the_cut() -> None:
+    load = _load()
+    new = compaction.summary(load, 2, "they searched", tokens=4, now=0.0)
+    after = compaction.compacted(load, 2, new)
+    assert seqs(after.view) == [14, 15]
+    assert after.inherited == 0 and after.summary == new
+    assert (after.thread, after.inputs) == (load.thread, load.inputs)
+
+
+@PROPERTIES
+@given(
+    world=worlds(),
+    limits=st.builds(
+        ViewLimits,
+        max_tokens=st.integers(500, 5000),
+        max_bytes=st.integers(4000, 60_000),
+        max_messages=st.integers(4, 64),
+    ),
+    keep_share=st.floats(0, 1.2),
+)
+def test_compacting_a_view_then_rebuilding_it(world: World, limits: ViewLimits, keep_share: float) -> None:
+    """Compact a random view (the runtime's steps), then build the thread's next view from
+    the new summary: it obeys every view rule, and it is the compacted view when that fits."""
+    view, inherited = world.build(limits)
+    thread = world.thread()
+    load = SliceLoad(thread=thread, view=view, inputs=(), summary=world.summary, inherited=inherited)
+    keep_tokens = int(keep_share * sum(message_tokens(m) for m in view[inherited:]))
+    index = cut_index(view[inherited:], keep_tokens)
+    event(f"cut: {index is not None}, inherited: {inherited > 0}")
+    if index is None:
+        return
+    request = compaction.request(load, index, compaction.DEFAULT_PROMPT, 100)
+    covered = request.messages[:-1]
+    called = {c.id for m in covered for c in m.tool_calls}
+    assert not any(m.tool_call_id in called for m in view[len(covered) :]), "no call split from a result"
+    text = "a summary"
+    new = compaction.summary(load, index, text, COUNTER.count("system", text), 0.0)
+    assert new.thread_id == thread.id and new.upto_seq == view[inherited + index].seq
+    after = compaction.compacted(load, index, new)
+    assert after.view == view[inherited + index + 1 :] and after.view[0].role != "tool"
+
+    # the next slice: the store loads the thread with its new summary
+    world.summary = new
+    rebuilt, rebuilt_inherited = world.build(limits)
+    check_view(world, limits, rebuilt, rebuilt_inherited)
+    assert rebuilt_inherited == 0
+    assert rebuilt == after.view[len(after.view) - len(rebuilt) :], "a suffix of the compacted view"
+    fits = (
+        len(after.view) <= limits.max_messages
+        and new.tokens + sum(message_tokens(m) for m in after.view) <= limits.max_tokens
+        and summary_bytes(new) + sum(message_bytes(m) for m in after.view) <= limits.max_bytes
+    )
+    if fits:
+        assert rebuilt == after.view
