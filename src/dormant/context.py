@@ -75,15 +75,16 @@ def clip(message: Message, limits: ViewLimits) -> Message:
         return message
     text = message.content
     fixed_bytes = message_bytes(message) - len(text)
-    # an uncounted (legacy) message: count what clipping keeps whole (role, name, tool calls)
-    fixed_tokens = (
-        message.tokens - count_text(text, limits.encoding)
-        if message.tokens
-        else count_message(
-            message.role, "", tool_calls=message.tool_calls, name=message.name, encoding=limits.encoding
-        )
+    # what clipping keeps whole (role, name, tool calls), counted; the text's own count
+    # follows from the stored one, so the whole text is never counted again
+    fixed_tokens = count_message(
+        message.role, "", tool_calls=message.tool_calls, name=message.name, encoding=limits.encoding
     )
-    keep = min(len(text), max(0, max_bytes - fixed_bytes - 96))
+    text_tokens = message.tokens - fixed_tokens if message.tokens else count_text(text, limits.encoding)
+    # first guess from the text's characters per token, so counting rarely repeats
+    per_token = len(text) / max(1, text_tokens)
+    by_tokens = int((max_tokens - fixed_tokens - 40) * per_token * 0.95)
+    keep = max(0, min(len(text), max_bytes - fixed_bytes - 96, by_tokens))
     while True:
         head, tail = text[: keep - keep // 2], text[len(text) - keep // 2 :] if keep // 2 else ""
         cut = len(text) - len(head) - len(tail)

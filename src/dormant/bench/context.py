@@ -3,8 +3,9 @@
 Two threads on one store, run by the real runtime with a scripted model:
 
 * ``long``: grown turn by turn to ``messages`` messages (a user text and a reply per
-  turn). Per-slice latency, bytes of history read from the store and RSS are
-  compared around message 100 and at the end.
+  turn); then its slices alternate with those of a thread at about 100 messages, and
+  per-slice latency and history read from the store are compared side by side (both
+  views are full: budget-bound). RSS is taken at message ~100 and at the end.
 * ``blob``: an async tool returns ``blob_mb`` MB of log text, streamed; it is stored
   as a blob and the model sees a head/tail excerpt, pages into the middle with
   ``read_blob``, and the conversation goes on. The same runs first with a small
@@ -18,8 +19,10 @@ the prompt. Run with ``dormant bench context``; writes ``summary.json``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -38,18 +41,32 @@ from .scale import rss_bytes, store_url, trim
 
 WINDOW = 12_000  # tokens; the history budget is what is left after output, system and tools
 MAX_OUTPUT = 1_024
-USER_TEXT = "Step {n}: look at the failing job in shard {shard} and tell me which module broke it. " * 2
+# ~75 and ~160 tokens: a hundred messages are more than the history budget holds, so
+# the view is full (budget-bound) from message 100 on and the two windows compare
+# slices of the same view size
+USER_TEXT = "Step {n}: look at the failing job in shard {shard} and tell me which module broke it. " * 4
 REPLY_TEXT = (
     "Shard {shard} fails in the payments module: the retry path double-counts the refund when "
     "the gateway times out. I patched the counter and re-ran the job; it passes now. "
-) * 2
+) * 4
 LOG_LINE = "2026-11-29T10:00:00Z worker-{n:07d} INFO processed batch {n} in 12.7 ms (ok)\n"
 REF = re.compile(r"sha256:[0-9a-f]{64}")
-SAMPLE = 20  # slices per measured window
+SAMPLE = 40  # slices per measured window
+
+
+def median_of(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Per figure, the median over ``rows``."""
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+
+
+def reset_hwm() -> None:
+    """Make VmHWM start again from the current RSS (Linux: ``5`` to ``clear_refs``)."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
 
 
 def hwm_bytes() -> int:
-    """VmHWM (peak RSS) of this process."""
+    """VmHWM (peak RSS since the last :func:`reset_hwm`) of this process."""
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("VmHWM:"):
@@ -167,23 +184,29 @@ async def run_context(
             limits = rt.limits["bench"]
             summary["view_budget_tokens"] = limits.max_tokens
             meter = Meter(rt)
-            turns = messages // 2
-            windows: dict[str, dict[str, float]] = {}
+            # grow "long" to its length; RSS when it is at about 100 messages and at the end
+            turns = messages // 2 - SAMPLE
             for n in range(turns):
-                text = USER_TEXT.format(n=n, shard=n % 97)
-                if n in (40, turns - SAMPLE):
-                    meter.window()  # start a clean window
-                await turn(rt, "long", text, f"u{n}")
-                if n == 40 + SAMPLE - 1:
-                    windows["at_100"] = meter.window()
+                await turn(rt, "long", USER_TEXT.format(n=n, shard=n % 97), f"u{n}")
+                if n == 50:
                     trim()
                     summary["rss_at_100_bytes"] = rss_bytes()
                 if progress is not None and n % 50 == 0:
                     progress(n, turns)
-            windows["at_end"] = meter.window()
             trim()
             summary["rss_at_end_bytes"] = rss_bytes()
-            summary["long"] = windows
+            # a second thread at ~80 messages, then slices of both, alternating: side by
+            # side, so the machine's noise hits both alike
+            for n in range(40):
+                await turn(rt, "short", USER_TEXT.format(n=n, shard=n % 97), f"s{n}")
+            samples: dict[str, list[dict[str, float]]] = {"at_100": [], "at_end": []}
+            for n in range(SAMPLE):
+                for name, thread_id in (("at_100", "short"), ("at_end", "long")):
+                    meter.window()
+                    await turn(rt, thread_id, USER_TEXT.format(n=n, shard=n), f"m{n}")
+                    samples[name].append(meter.window())
+            summary["long"] = {name: median_of(rows) for name, rows in samples.items()}
+            summary["short_last_seq"] = (await rt.thread("short")).last_seq
             thread = await rt.thread("long")
             summary["long_last_seq"] = thread.last_seq
             summary["long_tokens"] = thread.tokens
@@ -194,7 +217,7 @@ async def run_context(
                 thread_id = f"blob-{name}"
                 trim()
                 rss_before = rss_bytes()
-                hwm_before = hwm_bytes()
+                reset_hwm()
                 started = time.perf_counter()
                 await turn(rt, thread_id, f"run the job {mb}", f"{name}-job")
                 elapsed = time.perf_counter() - started
@@ -208,7 +231,7 @@ async def run_context(
                     tool_round_s=elapsed,
                     rss_before_bytes=rss_before,
                     rss_after_bytes=rss_bytes(),
-                    peak_rss_growth_bytes=hwm_bytes() - hwm_before,
+                    peak_rss_growth_bytes=hwm_bytes() - rss_before,
                 )
                 blobs[name] = figures
             summary["blob"] = blobs

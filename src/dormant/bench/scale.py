@@ -202,6 +202,7 @@ async def run_scale(
         poll_s=0.05,
         view_messages=view_messages,
         view_bytes=view_bytes,
+        compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
     )
     trim()
     rss_start = rss_bytes()

@@ -45,6 +45,7 @@ async def worker(args: dict[str, Any]) -> None:
         poll_s=0.05,
         view_messages=args["view_messages"],
         view_bytes=args["view_bytes"],
+        compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
         worker_id=args["worker_id"],
     )
     async with Runtime(args["url"], [make_agent()], settings=settings) as rt:
