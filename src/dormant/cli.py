@@ -614,6 +614,26 @@ def retry(thread: Annotated[str, typer.Argument(help="Thread id.")], store: Stor
 
 
 @app.command()
+def delete(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", envvar="DORMANT_DELETE_YES", help="Delete without asking.")
+    ] = False,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Delete a thread, the threads it spawned, their histories, and the blobs no one else uses."""
+    if not yes and not typer.confirm(f"delete thread {thread!r} and every thread it spawned?"):
+        raise typer.Exit(1)
+
+    async def go() -> None:
+        async with opened_store(settings_for(store)) as st:
+            deleted = await st.delete_thread(thread)
+        out.print(f"deleted {deleted} thread(s): {thread} and its descendants")
+
+    run_async(go())
+
+
+@app.command()
 def demo(
     agents: Annotated[
         int, typer.Option("--agents", envvar="DORMANT_DEMO_AGENTS", min=1, help="Agents (threads) to run.")

@@ -373,6 +373,12 @@ class Runtime:
         """Store-wide counts."""
         return await self.store.status()
 
+    async def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread and its descendants with their histories and unshared blobs;
+        refused (InvalidInput) while one of them is running a slice. See
+        :meth:`Store.delete_thread`."""
+        return await self.store.delete_thread(thread_id)
+
     async def retry(self, thread_id: str) -> Thread:
         """Make a failed thread run again."""
         thread = await self.store.retry_thread(thread_id)

@@ -220,6 +220,10 @@ def encoding_for_model(model: str) -> str:
     return DEFAULT_ENCODING
 
 
+#: Roles and tool names whose counts a :class:`TokenCounter` keeps (short strings only).
+NAME_CACHE_ENTRIES = 1024
+
+
 class TokenCounter:
     """Counts tokens in one encoding; the object to hand to code that needs counts.
 
@@ -228,12 +232,22 @@ class TokenCounter:
     replaced, as tiktoken does).
     """
 
-    __slots__ = ("_encode", "encoding")
+    __slots__ = ("_encode", "_names", "encoding")
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         """Bind to ``encoding``, loading it if needed. Raises :class:`UsageError` if unknown."""
         self.encoding = encoding
         self._encode = _encoding(encoding).encode_ordinary
+        # roles and tool names recur in every message: their counts, bounded
+        self._names: dict[str, int] = {}
+
+    def _name(self, name: str) -> int:
+        count = self._names.get(name)
+        if count is None:
+            count = self.text(name)
+            if len(self._names) < NAME_CACHE_ENTRIES and len(name) <= 64:
+                self._names[name] = count
+        return count
 
     def __repr__(self) -> str:
         return f"TokenCounter({self.encoding!r})"
@@ -256,11 +270,11 @@ class TokenCounter:
         self, role: str, content: str, *, tool_calls: Sequence[ToolCall] = (), name: str | None = None
     ) -> int:
         """Tokens of one chat message; see :func:`count_message` for the formula."""
-        total = MESSAGE_OVERHEAD + self.text(role) + self.text(content)
+        total = MESSAGE_OVERHEAD + self._name(role) + self.text(content)
         if name:
-            total += NAME_OVERHEAD + self.text(name)
+            total += NAME_OVERHEAD + self._name(name)
         for call in tool_calls:
-            total += TOOL_CALL_OVERHEAD + self.text(call.name) + self.text(call.arguments)
+            total += TOOL_CALL_OVERHEAD + self._name(call.name) + self.text(call.arguments)
         return total
 
     def message(self, message: Message) -> int:

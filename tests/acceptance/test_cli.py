@@ -237,3 +237,14 @@ def test_run_stops_gracefully_on_sigterm(cli: Cli) -> None:
     assert proc.returncode == 0, errors
     assert "stopped after" in out
     assert "Traceback" not in errors
+
+
+def test_delete_removes_a_thread_and_asks_first(cli: Cli) -> None:
+    cli.ok("send", "keep", "hello")
+    cli.ok("send", "gone", "hello")
+    cli.ok("run", "--until-idle")
+    refused = cli("delete", "gone", input="n\n")
+    assert refused.returncode == 1
+    assert "deleted 1 thread(s)" in cli.ok("delete", "gone", "--yes")
+    assert "keep" in cli.ok("threads") and "gone" not in cli.ok("threads")
+    assert_usage_error(cli("delete", "gone", "--yes"), "gone")
