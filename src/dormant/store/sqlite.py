@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -60,6 +61,7 @@ from .sqlite_sql import (
     INSERT_INPUT,
     INSERT_MESSAGE,
     LOAD_SLICE,
+    LOAD_SLICES,
     MARK_READY,
     MIGRATIONS,
     REFRESH_READY,
@@ -72,6 +74,10 @@ from .sqlite_sql import (
 from .sqlite_writer import Conn, GroupWriter, Job
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore", "translate"]
+
+#: Claim batches whose slices may still load from a batch load (older ones are dropped:
+#: a slice that never loads, cancelled say, must not pin its batch's rows).
+CLAIM_BATCHES_KEPT = 8
 
 
 class SQLiteStore:
@@ -117,6 +123,12 @@ class SQLiteStore:
         self._executor: ThreadPoolExecutor | None = None
         self._writer_queue: GroupWriter | None = None
         self._closing = False
+        # claim batches whose slices have not loaded yet: token -> thread ids. The first
+        # load_slice of a batch loads the thread rows and inputs of all of them in one
+        # statement and parks each thread's rows here until its own slice asks for them.
+        # token -> (thread ids, loaded yet); (token, thread id) -> (limits, rows)
+        self._batches: OrderedDict[str, tuple[list[str], bool]] = OrderedDict()
+        self._loaded: dict[tuple[str, str], tuple[ViewLimits, list[Any]]] = {}
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -265,6 +277,8 @@ class SQLiteStore:
             if conn is not None:
                 conn.close()
         self._reader = self._writer = None
+        self._batches.clear()
+        self._loaded.clear()
 
     # -- the writer ------------------------------------------------------------------
 
@@ -282,6 +296,21 @@ class SQLiteStore:
         if self._reader is None:
             raise StoreError("the store is not open")
         return self._reader
+
+    def _read_hot(self) -> Conn:
+        """The connection for a slice's reads: the writer's, unless it runs on its own thread.
+
+        A WAL reader drops its whole page cache whenever another connection has
+        committed since its last read, i.e. after every group commit here; the
+        writer's cache survives its own commits, so the pages of hot threads and
+        inputs stay cached. With the writer on the event loop's thread (the default)
+        no batch runs while a slice reads, and between batches the writer holds no
+        transaction, so it reads committed state, as the reader would.
+        """
+        writer = self._writer
+        if self._executor is None and writer is not None and not writer.in_transaction:
+            return writer
+        return self._read()
 
     # -- threads ---------------------------------------------------------------------
 
@@ -414,15 +443,53 @@ class SQLiteStore:
             return [Claim(thread_id=r[0], token=token, expires_at=expires) for r in rows]
 
         result: list[Claim] = await self._write(job)
+        if len(result) > 1:
+            self._batches[result[0].token] = ([c.thread_id for c in result], False)
+            while len(self._batches) > CLAIM_BATCHES_KEPT:
+                self._forget_batch(next(iter(self._batches)))
         return result
+
+    def _forget_batch(self, token: str) -> None:
+        ids, _ = self._batches.pop(token, ((), True))
+        for thread_id in ids:
+            self._loaded.pop((token, thread_id), None)
+
+    def _slice_rows(self, conn: Conn, claim: Claim, limits: ViewLimits) -> list[Any]:
+        """The LOAD_SLICE rows of ``claim``, loaded with the rest of its claim batch.
+
+        The first slice of a claim batch to load loads every thread of the batch in
+        one statement; the others find their rows parked here. Loading early is safe:
+        while the lease is held only this slice changes the thread row or consumes its
+        inputs, so the rows stay true; an input admitted in between is left for the
+        thread's next slice, as one admitted just after the load would be.
+        """
+        token = claim.token
+        parked = self._loaded.pop((token, claim.thread_id), None)
+        batch = self._batches.get(token)
+        if parked is None and batch is not None and not batch[1]:
+            ids = batch[0]
+            self._batches[token] = (ids, True)
+            for row in conn.execute(LOAD_SLICES, (self.clock(), encode(ids).decode(), limits.max_inputs)):
+                entry = self._loaded.get((token, row[0]))
+                if entry is None:
+                    self._loaded[(token, row[0])] = (limits, [row])
+                else:
+                    entry[1].append(row)
+            parked = self._loaded.pop((token, claim.thread_id), None)
+        if parked is not None and parked[0] == limits:
+            return parked[1]
+        rows: list[Any] = conn.execute(
+            LOAD_SLICE, (self.clock(), claim.thread_id, limits.max_inputs)
+        ).fetchall()
+        return rows
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
         """Thread row, bounded view and ready inputs of a claimed thread."""
-        conn = self._read()
+        conn = self._read_hot()
         try:
-            # the thread row and its ready inputs in one statement (one row per input,
-            # or one row with NULL input columns)
-            rows = conn.execute(LOAD_SLICE, (self.clock(), claim.thread_id, limits.max_inputs)).fetchall()
+            # the thread row and its ready inputs (one row per input, or one row with
+            # NULL input columns)
+            rows = self._slice_rows(conn, claim, limits)
             if not rows:
                 raise NotFound(f"no thread {claim.thread_id!r}")
             thread = row_thread(rows[0])

@@ -37,6 +37,20 @@ WHERE t.id = ?2
 ORDER BY i.id LIMIT ?3
 """
 
+# LOAD_SLICE for every thread of a claim batch at once (?2: a JSON array of thread ids),
+# at most ?3 inputs per thread; rows come grouped by thread, inputs in admission order.
+LOAD_SLICES = f"""
+SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+FROM threads t
+LEFT JOIN inputs i ON i.id IN (
+    SELECT x.id FROM inputs x
+    WHERE x.thread_id = t.id AND x.not_before <= ?1 AND (t.awaiting = 0 OR x.kind = 'tool_result')
+    ORDER BY x.id LIMIT ?3)
+WHERE t.id IN (SELECT value FROM json_each(?2))
+ORDER BY t.id, i.id
+"""
+
 # Recompute a thread's readiness from its consumable pending inputs.
 REFRESH_READY = """
 UPDATE threads SET
