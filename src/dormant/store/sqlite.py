@@ -383,7 +383,7 @@ class SQLiteStore:
             )
         key = inbox.sort_key(item, now)
         try:
-            input_id = conn.execute(
+            conn.execute(
                 INSERT_INPUT,
                 (
                     item.thread_id,
@@ -399,11 +399,12 @@ class SQLiteStore:
                     int(item.is_error),
                     item.source,
                 ),
-            ).fetchone()[0]
+            )
         except apsw.ConstraintError as exc:
             if "FOREIGN KEY" in str(exc):
                 raise NotFound(f"no thread {item.thread_id!r} (pass an agent to create it)") from None
             raise
+        input_id = conn.last_insert_rowid()
         # the dedup key decides; a duplicate (rare) takes its just-inserted row back out
         conn.execute(
             "INSERT INTO input_keys (thread_id, dedup_key, input_id) VALUES (?, ?, ?) "
@@ -552,13 +553,12 @@ class SQLiteStore:
                 if conn.changes() != len(plan.consumed):
                     self._check_lease(conn, plan.thread_id, plan.token)
                     raise StoreError(f"an input consumed by {plan.thread_id!r} is not pending")
-            row = conn.execute(FINISH_SLICE, finish).fetchone()
-            if row is None:
+            conn.execute(FINISH_SLICE, finish)
+            if conn.changes() != 1:
                 # raised after writes: the writer re-runs the batch with savepoints,
                 # so this job's changes are rolled back and nothing else's
                 self._check_lease(conn, plan.thread_id, plan.token)
                 raise StoreError(f"the messages of {plan.thread_id!r} do not continue its history")
-            agent = row[0]
             if plan.messages:
                 conn.executemany(
                     INSERT_MESSAGE,
@@ -582,7 +582,7 @@ class SQLiteStore:
                 conn.executemany(
                     INSERT_CALL,
                     [
-                        (plan.thread_id, agent, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
+                        (plan.thread_id, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
                         for c in plan.calls
                     ],
                 )
