@@ -75,6 +75,14 @@ from .sqlite_writer import Conn, GroupWriter, Job
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore", "translate"]
 
+#: Page cache of the writer connection, which also serves the slices' reads: the hot
+#: pages of threads, inputs and the message index (SQLite's default is 2,000 KiB).
+WRITER_CACHE_KIB = 8192
+#: Page cache of the reader connection. It serves only API reads (history, status,
+#: has_work) and loses its pages whenever the writer commits, so a big cache buys
+#: nothing; left at the default it filled up slowly as the threads table grew
+#: (has_work scans it), which showed as RSS creeping with the number of agents.
+READER_CACHE_KIB = 256
 #: Claim batches whose slices may still load from a batch load (older ones are dropped:
 #: a slice that never loads, cancelled say, must not pin its batch's rows).
 CLAIM_BATCHES_KEPT = 8
@@ -132,7 +140,7 @@ class SQLiteStore:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def _connect(self) -> apsw.Connection:
+    def _connect(self, cache_kib: int) -> apsw.Connection:
         try:
             conn = apsw.Connection(self.path)
             conn.setbusytimeout(self.busy_timeout_ms)
@@ -143,6 +151,10 @@ class SQLiteStore:
             # only takes effect on a new file, and only before WAL mode is set
             conn.execute(f"PRAGMA page_size={self.page_size}")
             self._enable_wal(conn)
+            # a fixed page cache per connection (SQLite's own heap, outside the view cache
+            # budget). Set after the file is read: SQLite turns KiB into pages with the page
+            # size it knows at the time, which before the first read is 4 KiB, not 16.
+            conn.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
             if self.max_page_count is not None:
@@ -176,7 +188,7 @@ class SQLiteStore:
         if not os.path.isdir(directory):
             raise UsageError(f"directory {directory!r} of the database does not exist")
         try:
-            self._writer = self._connect()
+            self._writer = self._connect(WRITER_CACHE_KIB)
         except SchemaError as exc:
             raise self._damaged(exc) from exc.__cause__
         try:
@@ -187,7 +199,7 @@ class SQLiteStore:
             if isinstance(exc, SchemaError):
                 raise self._damaged(exc) from exc.__cause__
             raise
-        self._reader = self._connect()
+        self._reader = self._connect(READER_CACHE_KIB)
         if self.writer_thread:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dormant-writer")
         self._closing = False
