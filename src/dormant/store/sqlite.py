@@ -131,10 +131,9 @@ class SQLiteStore:
         self._executor: ThreadPoolExecutor | None = None
         self._writer_queue: GroupWriter | None = None
         self._closing = False
-        # claim batches whose slices have not loaded yet: token -> thread ids. The first
-        # load_slice of a batch loads the thread rows and inputs of all of them in one
-        # statement and parks each thread's rows here until its own slice asks for them.
-        # token -> (thread ids, loaded yet); (token, thread id) -> (limits, rows)
+        # recent claim batches, token -> (thread ids, loaded yet). The first load_slice of
+        # a batch loads the rows of all its threads in one statement and parks each
+        # thread's rows here, (token, thread id) -> (limits, rows), until its slice asks.
         self._batches: OrderedDict[str, tuple[list[str], bool]] = OrderedDict()
         self._loaded: dict[tuple[str, str], tuple[ViewLimits, list[Any]]] = {}
 
