@@ -6,8 +6,12 @@ memory index) and it gives explicit transaction control with no hidden BEGINs.
 
 Every write is a job for the :class:`~dormant.store.sqlite_writer.GroupWriter`,
 which commits many of them in one transaction and answers each caller only after
-that commit. Reads use their own connection (WAL readers do not block the
-writer). The statements live in :mod:`~dormant.store.sqlite_sql`.
+that commit. API reads (history, status, ...) use their own connection (WAL
+readers do not block the writer). A slice's reads use the writer's connection
+while the writer runs on the event loop's thread, between batches: its page
+cache survives its own commits, where a reader's is dropped at each one. A claim
+batch's slices are loaded in one statement (see ``_slice_rows``). The statements
+live in :mod:`~dormant.store.sqlite_sql`.
 """
 
 from __future__ import annotations
