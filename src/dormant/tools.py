@@ -118,7 +118,8 @@ class ToolSpec:
                 f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
             )
             raise ValueError(f"invalid arguments: {problems}") from None
-        return dict(model)
+        # iter(): dict(model) probes the model for .keys() first, a failing and slow lookup
+        return dict(iter(model))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run the function (sync functions in a worker thread) and return its output:

@@ -166,6 +166,39 @@ async def test_inputs_load_in_admission_order(store: Store, clock: FakeClock) ->
     assert load.thread.id == "t1"
 
 
+async def test_each_slice_of_a_claim_batch_loads_its_own_thread(store: Store) -> None:
+    for tid in ("b1", "b2", "b3"):
+        await turn(store, tid, "k1")
+        await store.admit([user(tid, "k2", f"{tid} two"), user(tid, "k3", f"{tid} three")])
+    claims = {c.thread_id: c for c in await store.claim_threads("w", 10, LEASE)}
+    assert sorted(claims) == ["b1", "b2", "b3"]
+    for tid in ("b2", "b3", "b1"):  # not in claim order
+        load = await store.load_slice(claims[tid], ViewLimits(max_inputs=1))
+        assert load.thread.id == tid and load.thread.last_seq == 2
+        assert [i.content for i in load.inputs] == [f"{tid} two"]
+        assert [m.seq for m in load.view] == [1, 2]
+        await store.commit_slice(plan(claims[tid], load))
+    assert sorted(await ready_ids(store)) == ["b1", "b2", "b3"]
+
+
+async def test_an_input_admitted_after_the_claim_is_never_lost(store: Store) -> None:
+    await store.admit([user("a1", "k1"), user("a2", "k1")])
+    claims = {c.thread_id: c for c in await store.claim_threads("w", 10, LEASE)}
+    load1 = await store.load_slice(claims["a1"], ViewLimits())
+    await store.admit([user("a2", "late", "late one")])
+    load2 = await store.load_slice(claims["a2"], ViewLimits())
+    await store.commit_slice(plan(claims["a1"], load1))
+    await store.commit_slice(plan(claims["a2"], load2))
+    got = [i.dedup_key for i in load2.inputs]
+    assert got[0] == "k1" and got in (["k1"], ["k1", "late"])
+    if got == ["k1"]:  # loaded before it arrived: the thread is ready again for it
+        assert await ready_ids(store) == ["a2"]
+        _, load = await take(store, "a2")
+        assert [i.dedup_key for i in load.inputs] == ["late"]
+    else:
+        assert await ready_ids(store) == []
+
+
 async def test_the_view_is_bounded_and_newest(store: Store) -> None:
     await turn(store, "t1", "k1", extra=9)  # user + 10 assistant messages
     await store.admit([user("t1", "k2")])

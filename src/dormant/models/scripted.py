@@ -7,7 +7,7 @@ pieces), so tests and benchmarks exercise the same path as a remote model.
 from __future__ import annotations
 
 import json
-import uuid
+import os
 from collections.abc import AsyncIterator, Callable
 
 from ..records import ToolCall
@@ -75,7 +75,7 @@ def tool_round_trip(tool: str, arguments: dict[str, object], text: str, *, repea
     """A script that calls ``tool`` once per turn, then answers with ``text * repeat``.
 
     When the newest message is not a tool result it replies with the text and one
-    tool call (fresh uuid4 id); after a tool result it replies with text only,
+    tool call (fresh random id, 32 hex digits); after a tool result it replies with text only,
     which ends the turn. This is the agent_scale workload's model.
     """
     body = text * repeat
@@ -84,7 +84,7 @@ def tool_round_trip(tool: str, arguments: dict[str, object], text: str, *, repea
     def script(request: ModelRequest) -> ModelReply:
         if last_is_tool_result(request.messages):
             return ModelReply(text=body)
-        call = ToolCall(id=f"call_{uuid.uuid4().hex}", name=tool, arguments=args)
+        call = ToolCall(id=f"call_{os.urandom(16).hex()}", name=tool, arguments=args)
         return ModelReply(text=body, tool_calls=(call,))
 
     return script

@@ -6,8 +6,12 @@ memory index) and it gives explicit transaction control with no hidden BEGINs.
 
 Every write is a job for the :class:`~dormant.store.sqlite_writer.GroupWriter`,
 which commits many of them in one transaction and answers each caller only after
-that commit. Reads use their own connection (WAL readers do not block the
-writer). The statements live in :mod:`~dormant.store.sqlite_sql`.
+that commit. API reads (history, status, ...) use their own connection (WAL
+readers do not block the writer). A slice's reads use the writer's connection
+while the writer runs on the event loop's thread, between batches: its page
+cache survives its own commits, where a reader's is dropped at each one. A claim
+batch's slices are loaded in one statement (see ``_slice_rows``). The statements
+live in :mod:`~dormant.store.sqlite_sql`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -64,6 +69,7 @@ from .sqlite_sql import (
     INSERT_MESSAGE,
     INSERT_SUMMARY,
     LOAD_SLICE,
+    LOAD_SLICES,
     MARK_READY,
     MIGRATIONS,
     NEWEST_MESSAGES,
@@ -79,6 +85,18 @@ from .sqlite_sql import (
 from .sqlite_writer import Conn, GroupWriter, Job
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore", "translate"]
+
+#: Page cache of the writer connection, which also serves the slices' reads: the hot
+#: pages of threads, inputs and the message index (SQLite's default is 2,000 KiB).
+WRITER_CACHE_KIB = 8192
+#: Page cache of the reader connection. It serves only API reads (history, status,
+#: has_work) and loses its pages whenever the writer commits, so a big cache buys
+#: nothing; left at the default it filled up slowly as the threads table grew
+#: (has_work scans it), which showed as RSS creeping with the number of agents.
+READER_CACHE_KIB = 256
+#: Claim batches whose slices may still load from a batch load (older ones are dropped:
+#: a slice that never loads, cancelled say, must not pin its batch's rows).
+CLAIM_BATCHES_KEPT = 8
 
 
 class SQLiteStore(SQLiteBlobs):
@@ -128,10 +146,15 @@ class SQLiteStore(SQLiteBlobs):
         self._executor: ThreadPoolExecutor | None = None
         self._writer_queue: GroupWriter | None = None
         self._closing = False
+        # recent claim batches, token -> (thread ids, loaded yet). The first load_slice of
+        # a batch loads the rows of all its threads in one statement and parks each
+        # thread's rows here, (token, thread id) -> (max_inputs, rows), until its slice asks.
+        self._batches: OrderedDict[str, tuple[list[str], bool]] = OrderedDict()
+        self._loaded: dict[tuple[str, str], tuple[int, list[Any]]] = {}
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def _connect(self) -> apsw.Connection:
+    def _connect(self, cache_kib: int) -> apsw.Connection:
         try:
             conn = apsw.Connection(self.path)
             conn.setbusytimeout(self.busy_timeout_ms)
@@ -142,6 +165,10 @@ class SQLiteStore(SQLiteBlobs):
             # only takes effect on a new file, and only before WAL mode is set
             conn.execute(f"PRAGMA page_size={self.page_size}")
             self._enable_wal(conn)
+            # a fixed page cache per connection (SQLite's own heap, outside the view cache
+            # budget). Set after the file is read: SQLite turns KiB into pages with the page
+            # size it knows at the time, which before the first read is 4 KiB, not 16.
+            conn.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
             if self.max_page_count is not None:
@@ -175,7 +202,7 @@ class SQLiteStore(SQLiteBlobs):
         if not os.path.isdir(directory):
             raise UsageError(f"directory {directory!r} of the database does not exist")
         try:
-            self._writer = self._connect()
+            self._writer = self._connect(WRITER_CACHE_KIB)
         except SchemaError as exc:
             raise self._damaged(exc) from exc.__cause__
         try:
@@ -186,7 +213,7 @@ class SQLiteStore(SQLiteBlobs):
             if isinstance(exc, SchemaError):
                 raise self._damaged(exc) from exc.__cause__
             raise
-        self._reader = self._connect()
+        self._reader = self._connect(READER_CACHE_KIB)
         if self.writer_thread:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dormant-writer")
         self._closing = False
@@ -277,6 +304,8 @@ class SQLiteStore(SQLiteBlobs):
             if conn is not None:
                 conn.close()
         self._reader = self._writer = None
+        self._batches.clear()
+        self._loaded.clear()
 
     # -- the writer ------------------------------------------------------------------
 
@@ -294,6 +323,21 @@ class SQLiteStore(SQLiteBlobs):
         if self._reader is None:
             raise StoreError("the store is not open")
         return self._reader
+
+    def _read_hot(self) -> Conn:
+        """The connection for a slice's reads: the writer's, unless it runs on its own thread.
+
+        A WAL reader drops its whole page cache whenever another connection has
+        committed since its last read, i.e. after every group commit here; the
+        writer's cache survives its own commits, so the pages of hot threads and
+        inputs stay cached. With the writer on the event loop's thread (the default)
+        no batch runs while a slice reads, and between batches the writer holds no
+        transaction, so it reads committed state, as the reader would.
+        """
+        writer = self._writer
+        if self._executor is None and writer is not None and not writer.in_transaction:
+            return writer
+        return self._read()
 
     # -- threads ---------------------------------------------------------------------
 
@@ -366,7 +410,7 @@ class SQLiteStore(SQLiteBlobs):
             )
         key = inbox.sort_key(item, now)
         try:
-            input_id = conn.execute(
+            conn.execute(
                 INSERT_INPUT,
                 (
                     item.thread_id,
@@ -382,11 +426,12 @@ class SQLiteStore(SQLiteBlobs):
                     int(item.is_error),
                     item.source,
                 ),
-            ).fetchone()[0]
+            )
         except apsw.ConstraintError as exc:
             if "FOREIGN KEY" in str(exc):
                 raise NotFound(f"no thread {item.thread_id!r} (pass an agent to create it)") from None
             raise
+        input_id = conn.last_insert_rowid()
         # the dedup key decides; a duplicate (rare) takes its just-inserted row back out
         conn.execute(
             "INSERT INTO input_keys (thread_id, dedup_key, input_id) VALUES (?, ?, ?) "
@@ -426,15 +471,53 @@ class SQLiteStore(SQLiteBlobs):
             return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1]) for r in rows]
 
         result: list[Claim] = await self._write(job)
+        if len(result) > 1:
+            self._batches[result[0].token] = ([c.thread_id for c in result], False)
+            while len(self._batches) > CLAIM_BATCHES_KEPT:
+                self._forget_batch(next(iter(self._batches)))
         return result
+
+    def _forget_batch(self, token: str) -> None:
+        ids, _ = self._batches.pop(token, ((), True))
+        for thread_id in ids:
+            self._loaded.pop((token, thread_id), None)
+
+    def _slice_rows(self, conn: Conn, claim: Claim, limits: ViewLimits) -> list[Any]:
+        """The LOAD_SLICE rows of ``claim``, loaded with the rest of its claim batch.
+
+        The first slice of a claim batch to load loads every thread of the batch in
+        one statement; the others find their rows parked here. Loading early is safe:
+        while the lease is held only this slice changes the thread row or consumes its
+        inputs, so the rows stay true; an input admitted in between is left for the
+        thread's next slice, as one admitted just after the load would be.
+        """
+        token = claim.token
+        parked = self._loaded.pop((token, claim.thread_id), None)
+        batch = self._batches.get(token)
+        if parked is None and batch is not None and not batch[1]:
+            ids = batch[0]
+            self._batches[token] = (ids, True)
+            for row in conn.execute(LOAD_SLICES, (self.clock(), encode(ids).decode(), limits.max_inputs)):
+                entry = self._loaded.get((token, row[0]))
+                if entry is None:
+                    self._loaded[(token, row[0])] = (limits.max_inputs, [row])
+                else:
+                    entry[1].append(row)
+            parked = self._loaded.pop((token, claim.thread_id), None)
+        if parked is not None and parked[0] == limits.max_inputs:
+            return parked[1]
+        rows: list[Any] = conn.execute(
+            LOAD_SLICE, (self.clock(), claim.thread_id, limits.max_inputs)
+        ).fetchall()
+        return rows
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
         """Thread row, bounded view and ready inputs of a claimed thread."""
-        conn = self._read()
+        conn = self._read_hot()
         try:
-            # the thread row and its ready inputs in one statement (one row per input,
-            # or one row with NULL input columns)
-            rows = conn.execute(LOAD_SLICE, (self.clock(), claim.thread_id, limits.max_inputs)).fetchall()
+            # the thread row and its ready inputs (one row per input, or one row with
+            # NULL input columns)
+            rows = self._slice_rows(conn, claim, limits)
             if not rows:
                 raise NotFound(f"no thread {claim.thread_id!r}")
             thread = row_thread(rows[0])
@@ -525,8 +608,8 @@ class SQLiteStore(SQLiteBlobs):
                 if conn.changes() != len(plan.consumed):
                     self._check_lease(conn, plan.thread_id, plan.token)
                     raise StoreError(f"an input consumed by {plan.thread_id!r} is not pending")
-            row = conn.execute(FINISH_SLICE, finish).fetchone()
-            if row is None:
+            conn.execute(FINISH_SLICE, finish)
+            if conn.changes() != 1:
                 # raised after writes: the writer re-runs the batch with savepoints,
                 # so this job's changes are rolled back and nothing else's
                 self._check_lease(conn, plan.thread_id, plan.token)
@@ -534,7 +617,6 @@ class SQLiteStore(SQLiteBlobs):
                     f"the plan of {plan.thread_id!r} does not fit its stored state (its messages do not "
                     "continue the history, or its summary does not move forward over stored messages)"
                 )
-            agent = row[0]
             if summary is not None:
                 conn.execute(
                     INSERT_SUMMARY,
@@ -572,7 +654,7 @@ class SQLiteStore(SQLiteBlobs):
                 conn.executemany(
                     INSERT_CALL,
                     [
-                        (plan.thread_id, agent, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
+                        (plan.thread_id, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
                         for c in plan.calls
                     ],
                 )
