@@ -15,11 +15,9 @@ keeps the hardest rules testable without a database or a model:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import msgspec
 
 from .models.base import ModelReply, ModelRequest
 from .records import (
@@ -58,10 +56,6 @@ class InlineResult:
 
 
 _PREFIX = {"timer": "[timer]", "event": "[event]"}
-
-
-def _uncounted(message: Message) -> int:
-    return 0
 
 
 def call_id(model_id: str, seq: int, index: int) -> str:
@@ -109,7 +103,6 @@ class Turn:
         tools: ToolBox,
         max_rounds: int,
         now: float,
-        count: Callable[[Message], int] = _uncounted,
         summary: Summary | None = None,
     ) -> None:
         self.thread = load.thread
@@ -119,7 +112,6 @@ class Turn:
         self.max_rounds = max_rounds
         self.now = now
         self.rounds = 0
-        self.count = count
         self._view = load.view
         self._summary = load.summary  # the one the view starts from
         self._new_summary = summary  # the one this slice writes (compaction), if any
@@ -139,8 +131,8 @@ class Turn:
         self.wants_model = bool(load.inputs) and self._awaiting == 0
 
     def _add(self, message: Message) -> None:
-        """Append ``message`` with its token count: counted once, here, when it is written."""
-        self._new.append(msgspec.structs.replace(message, tokens=self.count(message)))
+        """Append ``message`` (the runtime counts its tokens when it commits the plan)."""
+        self._new.append(message)
 
     @property
     def next_seq(self) -> int:
