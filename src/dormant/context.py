@@ -71,6 +71,10 @@ def clip(message: Message, limits: ViewLimits) -> Message:
     """``message``, or its head + tail when it is over 1/CLIP_SHARE of a budget."""
     max_tokens = max(limits.max_tokens // CLIP_SHARE, MIN_CLIP_TOKENS)
     max_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
+    if (message.tokens or estimate_tokens(message)) <= max_tokens and (
+        len(message.content) <= max_bytes - 16 and not message.tool_calls
+    ):
+        return message  # the common case, decided without a call
     if message_tokens(message) <= max_tokens and message_bytes(message) <= max_bytes:
         return message
     text = message.content
@@ -218,12 +222,14 @@ def _extend(
     usage: tuple[int, int],
 ) -> tuple[tuple[Message, ...], tuple[int, int]]:
     """:func:`extend_view` plus the (tokens, bytes) of the result, given those of ``view``."""
-    combined = [*view, *(clip(m, limits) for m in new)]
+    combined = list(view)
     tokens = usage[0] + summary_tokens(summary)
     size = usage[1] + summary_bytes(summary)
-    for m in combined[len(view) :]:
-        tokens += message_tokens(m)
-        size += message_bytes(m)
+    for m in new:
+        shown = clip(m, limits)
+        combined.append(shown)
+        tokens += message_tokens(shown)
+        size += message_bytes(shown)
     start = 0
     while start < len(combined) and (
         len(combined) - start > limits.max_messages or tokens > limits.max_tokens or size > limits.max_bytes
@@ -239,7 +245,7 @@ def _extend(
 
 
 class _Entry:
-    __slots__ = ("inherited", "last_seq", "limits", "summary", "summary_seq", "usage", "view")
+    __slots__ = ("cost", "inherited", "last_seq", "limits", "summary", "summary_seq", "usage", "view")
 
     def __init__(
         self,
@@ -258,11 +264,8 @@ class _Entry:
         self.summary = summary
         self.inherited = inherited
         self.usage = usage
-
-    @property
-    def cost(self) -> int:
-        """RAM the entry is charged: its text plus a per-message overhead."""
-        return self.usage[1] + summary_bytes(self.summary) + MESSAGE_OVERHEAD * (len(self.view) + 1)
+        # RAM the entry is charged: its text plus a per-message overhead
+        self.cost = usage[1] + summary_bytes(summary) + MESSAGE_OVERHEAD * (len(view) + 1)
 
 
 class ViewCache:
