@@ -27,7 +27,7 @@ def plot_runs(runs: Sequence[Path], out: Path, title: str | None = None) -> Path
         waves = load_waves(waves_path)
         summary = load_summary(summary_path)
         label = (
-            f"{summary['store']}: {summary['turns_per_s']:.0f} turns/s, "
+            f"{run.name}: {summary['turns_per_s']:.0f} turns/s, "
             f"slope {summary['rss_slope_kib_per_agent']:.2f} KiB/agent"
         )
         ax.plot(
