@@ -14,7 +14,10 @@ from .tools import ToolBox, ToolSpec
 class Agent:
     """What a thread runs. Threads name their agent; the runtime maps the name here.
 
-    ``builtins`` adds ``spawn_thread``, ``report_to_parent`` and ``sleep_until``.
+    ``builtins`` adds ``spawn_thread``, ``report_to_parent``, ``sleep_until`` and
+    ``read_blob`` (pages through a large tool output stored as a blob).
+    ``compaction_prompt`` replaces :data:`dormant.compaction.DEFAULT_PROMPT`; a
+    ``{max_words}`` in it is filled in.
     """
 
     name: str
@@ -22,7 +25,6 @@ class Agent:
     system_prompt: str = "You are a helpful assistant."
     tools: Sequence[ToolSpec] = ()
     builtins: bool = True
-    #: the compaction prompt (``{max_words}`` is filled in); None: :data:`compaction.DEFAULT_PROMPT`
     compaction_prompt: str | None = None
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 

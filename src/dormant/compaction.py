@@ -92,7 +92,8 @@ def request(load: SliceLoad, index: int, prompt: str, max_words: int) -> ModelRe
     closing = Message(seq=covered[-1].seq + 1, role="user", content=INSTRUCTION, source="compaction")
     return ModelRequest(
         thread_id=load.thread.id,
-        system=prompt.format(max_words=max_words),
+        # not str.format: a custom prompt may hold other braces (a JSON example, say)
+        system=prompt.replace("{max_words}", str(max_words)),
         messages=(*covered, closing),
         summary=load.summary.content if load.summary is not None else None,
     )

@@ -260,6 +260,8 @@ def test_request_asks_to_summarize_the_covered_part() -> None:
     )
     default = compaction.request(load, 2, compaction.DEFAULT_PROMPT, 500)
     assert "under 500 words" in default.system and "{" not in default.system
+    custom = compaction.request(load, 2, 'Reply as {"summary": "..."} in {max_words} words.', 80)
+    assert custom.system == 'Reply as {"summary": "..."} in 80 words.', "other braces are left alone"
 
 
 def test_summary_records_what_it_covers() -> None:
