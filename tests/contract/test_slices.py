@@ -8,6 +8,7 @@ from dormant.context import message_bytes, message_tokens
 from dormant.errors import DormantError, LeaseLost, NotFound, StoreError
 from dormant.inbox import AGING
 from dormant.records import CommitPlan, Message, NewThread, Priority, ToolCall, ViewLimits
+from dormant.store import sqlite as sqlite_store
 from dormant.store.base import Store
 from tests.contract.support import (
     LEASE,
@@ -179,6 +180,24 @@ async def test_each_slice_of_a_claim_batch_loads_its_own_thread(store: Store) ->
         assert [m.seq for m in load.view] == [1, 2]
         await store.commit_slice(plan(claims[tid], load))
     assert sorted(await ready_ids(store)) == ["b1", "b2", "b3"]
+
+
+async def test_a_batch_load_parks_a_bounded_number_of_bytes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite parks the rows of a claim batch; past its byte cap the rest load one by one
+    monkeypatch.setattr(sqlite_store, "PARKED_BYTES", 2 * (sqlite_store.ROW_OVERHEAD + 600))
+    tids = [f"p{n}" for n in range(5)]
+    for tid in tids:
+        await store.admit([user(tid, "k1", tid + " " + "x" * 600)])
+    claims = {c.thread_id: c for c in await store.claim_threads("w", 10, LEASE)}
+    for tid in reversed(tids):
+        load = await store.load_slice(claims[tid], ViewLimits())
+        assert load.thread.id == tid and [i.content[:3] for i in load.inputs] == [tid + " "]
+        if isinstance(store, sqlite_store.SQLiteStore):
+            assert len(store._loaded) <= 2
+        await store.commit_slice(plan(claims[tid], load))
+    assert await ready_ids(store) == []
 
 
 async def test_an_input_admitted_after_the_claim_is_never_lost(store: Store) -> None:

@@ -67,11 +67,7 @@ def reset_hwm() -> None:
 
 def hwm_bytes() -> int:
     """VmHWM (peak RSS since the last :func:`reset_hwm`) of this process."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return rss_bytes("VmHWM")
 
 
 def script(request: ModelRequest) -> ModelReply:

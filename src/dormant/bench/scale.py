@@ -89,11 +89,11 @@ def raw_bytes_per_agent(turns: int, thread_id: str = "agent-0") -> int:
     return sum(len(user_text(t, thread_id).encode()) + per_turn for t in range(turns))
 
 
-def rss_bytes() -> int:
-    """VmRSS of this process, from /proc/self/status."""
+def rss_bytes(field: str = "VmRSS") -> int:
+    """VmRSS (or another ``Vm*`` figure, e.g. VmHWM) of this process, from /proc/self/status."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 

@@ -25,6 +25,7 @@ from ..blobs import CHUNK_BYTES, TMP_PREFIX, Chunker, chunk_span, read_length, t
 from ..errors import InvalidInput, NotFound, StoreError, StoreLocked
 from ..records import BlobRef
 from . import postgres_sql as q
+from .rows import THREAD_TABLES
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -66,8 +67,6 @@ WITH RECURSIVE tree (id) AS (
 )
 SELECT id FROM tree
 """
-#: Tables whose rows belong to a thread (``thread_id``), deleted with it.
-THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries")
 
 
 class PostgresBlobs:

@@ -28,6 +28,8 @@ OUTBOX_COLS = (
     "lease_token, last_error, created_at"
 )
 THREAD_WIDTH = THREAD_COLS.count(",") + 1
+#: Tables whose rows belong to a thread (``thread_id``), deleted with it.
+THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries")
 
 PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
 TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])

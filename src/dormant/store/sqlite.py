@@ -96,6 +96,10 @@ READER_CACHE_KIB = 256
 #: Claim batches whose slices may still load from a batch load (older ones are dropped:
 #: a slice that never loads, cancelled say, must not pin its batch's rows).
 CLAIM_BATCHES_KEPT = 8
+#: Bytes of rows one batch load parks at most (input text plus ROW_OVERHEAD a row), so
+#: parked rows never hold more than CLAIM_BATCHES_KEPT x PARKED_BYTES.
+PARKED_BYTES = 2 * 1024 * 1024
+ROW_OVERHEAD = 512
 
 
 class SQLiteStore(SQLiteOutbox, SQLiteBlobs):
@@ -496,7 +500,14 @@ class SQLiteStore(SQLiteOutbox, SQLiteBlobs):
         if parked is None and batch is not None and not batch[1]:
             ids = batch[0]
             self._batches[token] = (ids, True)
+            parked_bytes = 0
             for row in conn.execute(LOAD_SLICES, (self.clock(), encode(ids).decode(), limits.max_inputs)):
+                parked_bytes += ROW_OVERHEAD + len(row[THREAD_WIDTH + 4] or "")
+                if parked_bytes > PARKED_BYTES:
+                    # the rest of the batch (and this thread, whose rows may be partial)
+                    # loads slice by slice
+                    self._loaded.pop((token, row[0]), None)
+                    break
                 entry = self._loaded.get((token, row[0]))
                 if entry is None:
                     self._loaded[(token, row[0])] = (limits.max_inputs, [row])

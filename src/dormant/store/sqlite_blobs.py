@@ -36,6 +36,7 @@ from ..blobs import (
 )
 from ..errors import InvalidInput, NotFound, StoreError
 from ..records import BlobRef
+from .rows import THREAD_TABLES
 from .sqlite_sql import translate
 
 if TYPE_CHECKING:
@@ -76,8 +77,6 @@ WHERE b.ref = ?2 AND b.size >= 0
 CHUNK_ROWS = "SELECT id, idx FROM blob_chunks WHERE ref = ? AND idx >= ? AND idx < ? ORDER BY idx"
 CHILDREN = "SELECT id FROM threads WHERE parent_id IN (SELECT value FROM json_each(?))"
 IN_IDS = "(SELECT value FROM json_each(?))"
-#: Tables whose rows belong to a thread (``thread_id``), deleted with it.
-THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries")
 
 
 class SQLiteBlobs:
