@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .context import message_tokens
+from .context import message_bytes
 from .models.base import ModelRequest
-from .records import Message, SliceLoad, Summary, Thread, ViewLimits
+from .records import Message, SliceLoad, Summary, ViewLimits
 
 DEFAULT_PROMPT = """\
 You are compacting the history of a long-running conversation so that it can go on \
@@ -31,23 +31,26 @@ prose and short lists, no preamble. Keep it under {max_words} words.\
 INSTRUCTION = "Summarize the conversation so far as instructed. Reply with the summary only."
 
 
-#: Characters per token assumed to turn a view's byte cap into tokens (English text).
-CHARS_PER_TOKEN = 4
-
-
-def due(thread: Thread, limits: ViewLimits, share: float) -> bool:
+def due(load: SliceLoad, limits: ViewLimits, share: float) -> bool:
     """Whether what was written since the latest summary passes ``share`` of what a view
     holds (never when ``share`` is 0: compaction is off).
 
     A view holds ``limits.max_tokens`` (what the model's window leaves for history),
-    and no more than its message and byte caps: compacting by the smallest of them
-    means no message drops out of the view before a summary covers it.
+    and no more than its message and byte caps: compacting when the thread's own part
+    of the view passes ``share`` of any of them means no message drops out of the view
+    before a summary covers it. If some did anyway (one slice wrote more than the rest
+    of the view holds), it is due at once.
     """
     if share <= 0:
         return False
-    capacity = min(limits.max_tokens, limits.max_bytes // CHARS_PER_TOKEN)
-    messages = thread.last_seq - thread.summary_seq
-    return thread.tokens_since_summary > share * capacity or messages > share * limits.max_messages
+    thread = load.thread
+    since = thread.last_seq - thread.summary_seq
+    own = load.view[load.inherited :]
+    if since > share * limits.max_messages or (since and (not own or own[0].seq > thread.summary_seq + 1)):
+        return True
+    if limits.counts_tokens and thread.tokens_since_summary > share * limits.max_tokens:
+        return True
+    return sum(message_bytes(m) for m in own) > share * limits.max_bytes
 
 
 def pending_calls(messages: Sequence[Message]) -> set[str]:
@@ -61,13 +64,13 @@ def pending_calls(messages: Sequence[Message]) -> set[str]:
     return open_calls
 
 
-def cut_index(own: Sequence[Message], keep_tokens: int) -> int | None:
+def cut_index(own: Sequence[Message], keep_tokens: int, keep_bytes: int) -> int | None:
     """Index in ``own`` (the thread's own messages of a view, oldest first) of the last
     message to summarize, or None when no cut is allowed.
 
-    Keeps the newest messages whose tokens fit ``keep_tokens`` (at least the newest
-    message); the cut is moved earlier until the next message is not a tool result
-    and no pending call is at or before it.
+    Keeps the newest messages that fit ``keep_tokens`` and ``keep_bytes`` (at least the
+    newest message; uncounted messages count 0 tokens); the cut is moved earlier until
+    the next message is not a tool result and no pending call is at or before it.
     """
     if len(own) < 2:
         return None
@@ -76,10 +79,13 @@ def cut_index(own: Sequence[Message], keep_tokens: int) -> int | None:
         (i for i, m in enumerate(own) if any(call.id in pending for call in m.tool_calls)), len(own)
     )
     start = len(own) - 1  # the first message kept
-    kept = message_tokens(own[start])
-    while start > 0 and kept + message_tokens(own[start - 1]) <= keep_tokens:
+    tokens, size = own[start].tokens, message_bytes(own[start])
+    while start > 0:
+        older = own[start - 1]
+        if tokens + older.tokens > keep_tokens or size + message_bytes(older) > keep_bytes:
+            break
         start -= 1
-        kept += message_tokens(own[start])
+        tokens, size = tokens + older.tokens, size + message_bytes(older)
     start = min(start, first_pending)
     while start > 0 and own[start].role == "tool":
         start -= 1

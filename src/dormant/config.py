@@ -45,10 +45,16 @@ class Settings(BaseModel):
         0.75,
         ge=0,
         le=10,
-        description="compact a thread when tokens since its summary pass this share of the window (0: never)",
+        description=(
+            "compact a thread when what it wrote since its summary passes this share of what a view "
+            "holds: tokens, bytes or messages (0: never)"
+        ),
     )
     compaction_keep: float = Field(
-        0.2, ge=0, lt=1, description="share of the window kept verbatim after the summary when compacting"
+        0.2,
+        ge=0,
+        lt=1,
+        description="share of a view (tokens and bytes) kept verbatim after the summary when compacting",
     )
     view_cache_bytes: int = Field(
         32 * 1024 * 1024, ge=0, description="RAM for cached views (0 disables the cache)"

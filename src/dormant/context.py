@@ -25,8 +25,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
+import msgspec
+
 from .records import Message, Summary, Thread, ViewLimits
-from .tokens import count_message, count_text
+from .tokens import DEFAULT_ENCODING, count_message, count_text
 
 # fetch(thread_id, max_seq, min_seq, limit) -> newest messages of that thread with
 # min_seq < seq <= max_seq, newest first, at most ``limit`` of them.
@@ -44,76 +46,94 @@ MIN_CLIP_BYTES = 1024
 #: Characters per token assumed when sizing a read from the byte budget (English text
 #: averages about 4; fewer means one more read, more means reading a little past).
 BYTES_PER_TOKEN_GUESS = 4
+#: Characters per message assumed for the first read of a thread whose tokens were not counted.
+BYTES_PER_MESSAGE_GUESS = 512
 #: Messages read per statement at least, and at most.
 MIN_CHUNK = 8
 MAX_CHUNK = 256
 
 
 def message_bytes(message: Message) -> int:
-    """Approximate size of a message in a prompt, in bytes of text."""
-    size = len(message.content)
+    """Size of a message in a prompt, in characters of text plus framing.
+
+    At least a quarter of the tokens it can cost: see :attr:`ViewLimits.counts_tokens`.
+    """
+    size = len(message.content) + 16
+    if message.name:
+        size += len(message.name)
     for call in message.tool_calls:
         size += len(call.name) + len(call.arguments) + 16
-    return size + 16
+    return size
 
 
-def message_tokens(message: Message) -> int:
-    """The message's stored token count, or a generous estimate when it was never counted."""
-    return message.tokens or estimate_tokens(message)
+def message_tokens(message: Message, encoding: str = DEFAULT_ENCODING) -> int:
+    """Tokens of ``message``: the stored count, or counted now if it never was (written
+    before schema 2, or while its agent's limits made counts unnecessary)."""
+    if message.tokens:
+        return message.tokens
+    return count_message(
+        message.role, message.content, tool_calls=message.tool_calls, name=message.name, encoding=encoding
+    )
 
 
-def estimate_tokens(message: Message) -> int:
-    """Tokens of a message written before counts were stored: 1 per 3 bytes, an overestimate."""
-    return message_bytes(message) // 3 + 4
+def with_count(message: Message, encoding: str) -> Message:
+    """``message`` carrying its token count (see :func:`message_tokens`)."""
+    if message.tokens:
+        return message
+    return msgspec.structs.replace(message, tokens=message_tokens(message, encoding))
 
 
 def clip(message: Message, limits: ViewLimits) -> Message:
-    """``message``, or its head + tail when it is over 1/CLIP_SHARE of a budget."""
-    max_tokens = max(limits.max_tokens // CLIP_SHARE, MIN_CLIP_TOKENS)
+    """``message`` as a view shows it: counted if the limits count tokens, and cut to
+    its head and tail when over 1/CLIP_SHARE of the token or byte budget."""
     max_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
-    if (message.tokens or estimate_tokens(message)) <= max_tokens and (
-        len(message.content) <= max_bytes - 16 and not message.tool_calls
-    ):
-        return message  # the common case, decided without a call
-    if message_tokens(message) <= max_tokens and message_bytes(message) <= max_bytes:
+    counting = limits.counts_tokens
+    if counting:
+        message = with_count(message, limits.encoding)
+        max_tokens = max(limits.max_tokens // CLIP_SHARE, MIN_CLIP_TOKENS)
+        if message.tokens <= max_tokens and message_bytes(message) <= max_bytes:
+            return message
+    elif message_bytes(message) <= max_bytes:
         return message
     text = message.content
     fixed_bytes = message_bytes(message) - len(text)
-    # what clipping keeps whole (role, name, tool calls), counted; the text's own count
-    # follows from the stored one, so the whole text is never counted again
-    fixed_tokens = count_message(
-        message.role, "", tool_calls=message.tool_calls, name=message.name, encoding=limits.encoding
-    )
-    text_tokens = message.tokens - fixed_tokens if message.tokens else count_text(text, limits.encoding)
-    # first guess from the text's characters per token, so counting rarely repeats
-    per_token = len(text) / max(1, text_tokens)
-    by_tokens = int((max_tokens - fixed_tokens - 40) * per_token * 0.95)
-    keep = max(0, min(len(text), max_bytes - fixed_bytes - 96, by_tokens))
+    keep = max(0, min(len(text), max_bytes - fixed_bytes - 96))
+    if counting:
+        # what clipping keeps whole (role, name, tool calls), counted; the text's own
+        # count follows from the stored one, so the whole text is never counted again
+        fixed_tokens = count_message(
+            message.role, "", tool_calls=message.tool_calls, name=message.name, encoding=limits.encoding
+        )
+        # first guess from the text's characters per token, so counting rarely repeats
+        per_token = len(text) / max(1, message.tokens - fixed_tokens)
+        keep = min(keep, int((max_tokens - fixed_tokens - 40) * per_token * 0.95))
     while True:
         head, tail = text[: keep - keep // 2], text[len(text) - keep // 2 :] if keep // 2 else ""
         cut = len(text) - len(head) - len(tail)
         content = (
             f"{head}\n[... {cut} of {len(text)} characters cut from the middle of this message ...]\n{tail}"
         )
-        tokens = fixed_tokens + count_text(content, limits.encoding)
-        if (tokens <= max_tokens and fixed_bytes + len(content) <= max_bytes) or keep == 0:
-            return Message(
-                seq=message.seq,
-                role=message.role,
-                content=content,
-                tool_calls=message.tool_calls,
-                tool_call_id=message.tool_call_id,
-                name=message.name,
-                source=message.source,
-                input_id=message.input_id,
-                created_at=message.created_at,
-                tokens=tokens,
-            )
+        tokens = fixed_tokens + count_text(content, limits.encoding) if counting else 0
+        fits = fixed_bytes + len(content) <= max_bytes and (not counting or tokens <= max_tokens)
+        if fits or keep == 0:
+            return msgspec.structs.replace(message, content=content, tokens=tokens)
         keep = keep * 3 // 4 if keep > 64 else 0
 
 
-def summary_tokens(summary: Summary | None) -> int:
-    return summary.tokens if summary is not None else 0
+def _shown(message: Message, limits: ViewLimits, counting: bool, clip_bytes: int) -> tuple[Message, int]:
+    """``clip(message, limits)`` and its bytes; the common case decided in one size."""
+    size = message_bytes(message)
+    if not counting and size <= clip_bytes:
+        return message, size
+    shown = clip(message, limits)
+    return shown, size if shown is message else message_bytes(shown)
+
+
+def summary_tokens(summary: Summary | None, limits: ViewLimits) -> int:
+    """Tokens of ``summary`` in a view of ``limits`` (0 when they do not count tokens)."""
+    if summary is None or not limits.counts_tokens:
+        return 0
+    return summary.tokens or count_message("system", summary.content, encoding=limits.encoding)
 
 
 def summary_bytes(summary: Summary | None) -> int:
@@ -130,14 +150,19 @@ def build_view(
     """The newest messages of ``thread`` and its ancestors that fit ``limits`` after
     ``summary``, oldest first, and how many of them (the oldest) are inherited.
 
-    Reads in chunks sized from the thread's average message, so what is read stays
-    within about one chunk of what fits.
+    Reads in chunks sized from the average message (the thread's, from its token
+    count, then what the previous chunk held), so what is read stays within about
+    one chunk of what fits.
     """
     picked: list[Message] = []  # newest first
     own = -1
-    tokens = summary_tokens(summary)
+    counting = limits.counts_tokens
+    clip_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
+    tokens = summary_tokens(summary, limits)
     size = summary_bytes(summary)
-    per_message = max(1, thread.tokens // thread.last_seq) if thread.last_seq and thread.tokens else 64
+    # per message, tokens and bytes: the thread's average where it was counted, else a guess
+    avg_tokens = thread.tokens // thread.last_seq if thread.last_seq and thread.tokens else 0
+    avg_bytes = avg_tokens * BYTES_PER_TOKEN_GUESS or BYTES_PER_MESSAGE_GUESS
     thread_id: str | None = thread.id
     max_seq = thread.last_seq
     full = False
@@ -145,22 +170,18 @@ def build_view(
         floor = summary.upto_seq if summary is not None and summary.thread_id == thread_id else 0
         while max_seq > floor and not full:
             room = limits.max_messages - len(picked)
-            # what the remaining token and byte budgets hold (bytes: a guess of characters
-            # per token)
-            wanted = (
-                min(
-                    (limits.max_tokens - tokens) // per_message,
-                    (limits.max_bytes - size) // (per_message * BYTES_PER_TOKEN_GUESS),
-                )
-                + 2
-            )
-            limit = max(1, min(room, MAX_CHUNK, max(MIN_CHUNK, wanted)))
-            got = 0
+            wanted = (limits.max_bytes - size) // max(1, avg_bytes)
+            if counting and avg_tokens:
+                wanted = min(wanted, (limits.max_tokens - tokens) // avg_tokens)
+            limit = max(1, min(room, MAX_CHUNK, max(MIN_CHUNK, wanted + 2)))
+            got = read_tokens = read_bytes = 0
             for message in fetch(thread_id, max_seq, floor, limit):
                 got += 1
                 max_seq = message.seq - 1
-                shown = clip(message, limits)
-                t, b = message_tokens(shown), message_bytes(shown)
+                shown, b = _shown(message, limits, counting, clip_bytes)
+                t = shown.tokens
+                read_tokens += t
+                read_bytes += b
                 if (
                     len(picked) >= limits.max_messages
                     or tokens + t > limits.max_tokens
@@ -173,7 +194,8 @@ def build_view(
                 size += b
             if got < limit:
                 break
-            per_message = max(1, per_message // 2)  # smaller than average: read more at a time
+            # what fits was underestimated: size the next read from what this one held
+            avg_tokens, avg_bytes = read_tokens // got, max(1, read_bytes // got)
         if own < 0:
             own = len(picked)
         if full or floor:
@@ -211,7 +233,7 @@ def extend_view(
 
 
 def _usage(view: Sequence[Message]) -> tuple[int, int]:
-    return sum(message_tokens(m) for m in view), sum(message_bytes(m) for m in view)
+    return sum(m.tokens for m in view), sum(message_bytes(m) for m in view)
 
 
 def _extend(
@@ -223,25 +245,28 @@ def _extend(
 ) -> tuple[tuple[Message, ...], tuple[int, int]]:
     """:func:`extend_view` plus the (tokens, bytes) of the result, given those of ``view``."""
     combined = list(view)
-    tokens = usage[0] + summary_tokens(summary)
+    extra = summary_tokens(summary, limits)
+    tokens = usage[0] + extra
     size = usage[1] + summary_bytes(summary)
+    counting = limits.counts_tokens
+    clip_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
     for m in new:
-        shown = clip(m, limits)
+        shown, b = _shown(m, limits, counting, clip_bytes)
         combined.append(shown)
-        tokens += message_tokens(shown)
-        size += message_bytes(shown)
+        tokens += shown.tokens
+        size += b
     start = 0
     while start < len(combined) and (
         len(combined) - start > limits.max_messages or tokens > limits.max_tokens or size > limits.max_bytes
     ):
-        tokens -= message_tokens(combined[start])
+        tokens -= combined[start].tokens
         size -= message_bytes(combined[start])
         start += 1
     while start < len(combined) and combined[start].role == "tool":
-        tokens -= message_tokens(combined[start])
+        tokens -= combined[start].tokens
         size -= message_bytes(combined[start])
         start += 1
-    return tuple(combined[start:]), (tokens - summary_tokens(summary), size - summary_bytes(summary))
+    return tuple(combined[start:]), (tokens - extra, size - summary_bytes(summary))
 
 
 class _Entry:

@@ -177,6 +177,23 @@ class ViewLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_inputs: int = 32
     max_input_bytes: int = 2 * 1024 * 1024
 
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether token counts can decide anything about a view of these limits.
+
+        A token is at least one UTF-8 byte and a character at most four, so a message
+        costs at most four tokens per byte of ``message_bytes`` (which has room for
+        the per-message and per-call framing). When four times the byte cap fits the
+        token budget, no view that fits the byte cap can pass the token budget:
+        nothing is counted then, and the tokenizer is never loaded.
+        """
+        return MAX_TOKENS_PER_BYTE * self.max_bytes > self.max_tokens
+
+
+#: Most tokens one character of text can cost (a byte-level BPE token covers at least
+#: one UTF-8 byte, and a character is at most four).
+MAX_TOKENS_PER_BYTE = 4
+
 
 class SliceLoad(msgspec.Struct, frozen=True, kw_only=True):
     """What a slice starts from: thread row, bounded view (oldest first), ready inputs."""

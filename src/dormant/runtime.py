@@ -80,7 +80,8 @@ MIN_VIEW_TOKENS = 256
 
 def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
     """``plan`` with the token count of each of its messages: counted once, as they are
-    written, so no view ever counts history again.
+    written, so no view ever counts history again. Only for limits that count tokens
+    (:attr:`ViewLimits.counts_tokens`); else messages are stored uncounted (0).
 
     (Counting on a thread of its own, since tiktoken releases the GIL while it
     encodes, was measured slower: 1,085 against 1,872 turns/s on agent_scale, the
@@ -206,30 +207,39 @@ class Runtime:
         self._store_errors = 0  # slices in a row that the store could not take
 
     def _view_limits(self, agent: Agent) -> ViewLimits:
-        """The view budget of ``agent``'s threads: what its model's window leaves for history."""
+        """The view budget of ``agent``'s threads: what its model's window leaves for history.
+
+        The system prompt and tool schemas are first bounded by their UTF-8 bytes (a
+        token is at least one byte). When the byte cap alone then keeps every view
+        within the budget (:attr:`ViewLimits.counts_tokens` is false), that bound is
+        the budget and nothing loads the tokenizer; else they are counted.
+        """
         model = agent.model
         encoding = getattr(model, "encoding", DEFAULT_ENCODING)
         window = getattr(model, "context_window", DEFAULT_WINDOW)
-        fixed = (
-            count_text(agent.system_prompt, encoding)
-            + count_text(json.dumps(agent.toolbox.schemas), encoding)
-            + getattr(model, "max_output_tokens", 4096)
-            + PROMPT_MARGIN
-        )
-        budget = window - fixed
-        if self.settings.view_tokens:
-            budget = min(budget, self.settings.view_tokens)
-        if budget < MIN_VIEW_TOKENS:
-            raise UsageError(
-                f"agent {agent.name!r}: the model's window of {window} tokens leaves {budget} for history "
-                f"once its system prompt, tools and output are counted; at least {MIN_VIEW_TOKENS} needed"
-            )
-        return ViewLimits(
+        reserved = getattr(model, "max_output_tokens", 4096) + PROMPT_MARGIN
+        schemas = json.dumps(agent.toolbox.schemas)
+
+        def budget(fixed: int) -> int:
+            left = window - reserved - fixed
+            return min(left, self.settings.view_tokens) if self.settings.view_tokens else left
+
+        limits = ViewLimits(
             max_messages=self.settings.view_messages,
             max_bytes=self.settings.view_bytes,
-            max_tokens=budget,
+            max_tokens=budget(len(agent.system_prompt.encode()) + len(schemas.encode())),
             encoding=encoding,
         )
+        if limits.counts_tokens:
+            fixed = count_text(agent.system_prompt, encoding) + count_text(schemas, encoding)
+            limits = msgspec.structs.replace(limits, max_tokens=budget(fixed))
+        if limits.max_tokens < MIN_VIEW_TOKENS:
+            raise UsageError(
+                f"agent {agent.name!r}: the model's window of {window} tokens leaves {limits.max_tokens} "
+                f"for history once its system prompt, tools and output are counted; at least "
+                f"{MIN_VIEW_TOKENS} needed"
+            )
+        return limits
 
     def _counter(self, encoding: str) -> TokenCounter:
         counter = self._counters.get(encoding)
@@ -472,9 +482,10 @@ class Runtime:
             raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
         limits = self.limits[agent.name]
         load = await self.store.load_slice(claim, limits)
-        counter = self._counter(limits.encoding)
+        # only limits that count tokens load a tokenizer (see ViewLimits.counts_tokens)
+        counter = self._counter(limits.encoding) if limits.counts_tokens else None
         summary = None
-        if compaction.due(load.thread, limits, self.settings.compaction_share):
+        if compaction.due(load, limits, self.settings.compaction_share):
             load, summary = await self._compact(load, agent, limits, counter)
         turn = Turn(
             load,
@@ -490,7 +501,8 @@ class Runtime:
             inline = turn.on_reply(reply)
             if inline:
                 turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
-        await self.store.commit_slice(counted(turn.plan(), counter))
+        plan = turn.plan()
+        await self.store.commit_slice(plan if counter is None else counted(plan, counter))
 
     async def _complete(self, agent: Agent, request: ModelRequest) -> ModelReply:
         """One model call under the model timeout."""
@@ -504,16 +516,17 @@ class Runtime:
         return reply
 
     async def _compact(
-        self, load: SliceLoad, agent: Agent, limits: ViewLimits, counter: TokenCounter
+        self, load: SliceLoad, agent: Agent, limits: ViewLimits, counter: TokenCounter | None
     ) -> tuple[SliceLoad, Summary | None]:
         """Summarize the older part of ``load``'s view; on failure, ``load`` unchanged.
 
         A failed compaction costs the slice nothing: the thread goes on with its view
         (still bounded by the budget) and compaction is tried again on its next slice.
         """
-        window = getattr(agent.model, "context_window", DEFAULT_WINDOW)
-        keep = int(window * self.settings.compaction_keep)
-        index = compaction.cut_index(load.view[load.inherited :], keep)
+        keep = self.settings.compaction_keep
+        index = compaction.cut_index(
+            load.view[load.inherited :], int(limits.max_tokens * keep), int(limits.max_bytes * keep)
+        )
         if index is None:
             return load, None
         prompt = agent.compaction_prompt or compaction.DEFAULT_PROMPT
@@ -530,7 +543,7 @@ class Runtime:
             )
             return load, None
         self.stats.compactions += 1
-        tokens = counter.count("system", reply.text)
+        tokens = counter.count("system", reply.text) if counter is not None else 0
         new = compaction.summary(load, index, reply.text, tokens, self.clock())
         return compaction.compacted(load, index, new), new
 

@@ -6,10 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import NoReturn
 
-from dormant import Agent, ModelError, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, tool
+import pytest
+
+from dormant import (
+    Agent,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    Runtime,
+    ScriptedModel,
+    ToolCall,
+    context,
+    runtime,
+    tool,
+)
 from dormant.compaction import INSTRUCTION
-from dormant.context import message_tokens
+from dormant.context import message_bytes, message_tokens
 from dormant.tokens import count_text
 from tests.helpers import all_messages, check_history, eventually
 from tests.integration.conftest import fast_settings
@@ -79,6 +93,44 @@ async def test_a_long_thread_is_compacted_and_views_stay_within_the_window(store
         assert last.messages[0].seq == thread.summary_seq + 1, "the view starts right after the summary"
         compactions = [r for r in script.requests if is_compaction(r)]
         assert compactions[1].summary is not None and compactions[1].summary.startswith("SUMMARY 1 ")
+
+
+async def test_an_agent_whose_byte_cap_bounds_its_views_counts_nothing_and_compacts_by_bytes(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_tokenizer(*args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError("the tokenizer was used")
+
+    monkeypatch.setattr(runtime, "TokenCounter", no_tokenizer)
+    monkeypatch.setattr(runtime, "count_text", no_tokenizer)
+    monkeypatch.setattr(context, "count_message", no_tokenizer)
+    script = Recorder()
+    model = ScriptedModel(script, context_window=128_000, max_output_tokens=200)
+    agent = Agent(name="a", model=model, builtins=False)
+    view_bytes = 4096  # 4 x 4 KiB is far under what 128k tokens leave: counts decide nothing
+    async with Runtime(store_url, [agent], settings=fast_settings(view_bytes=view_bytes)) as rt:
+        assert not rt.limits["a"].counts_tokens
+        await converse(rt, "t", 20)  # ~560 bytes a turn: 0.75 x 4 KiB is passed every ~5 turns
+        thread = await rt.thread("t")
+        assert rt.stats.compactions >= 3 and rt.stats.compaction_failures == 0
+        assert thread.tokens == 0 and thread.summary_seq > 0
+        history = await all_messages(rt.store, "t")
+        assert len(history) == 40 and all(m.tokens == 0 for m in history), "stored uncounted"
+        for req in script.turns:
+            assert req.messages[0].seq > 1 or req.summary is None
+            size = sum(message_bytes(m) for m in req.messages) + (len(req.summary) + 16 if req.summary else 0)
+            assert size <= view_bytes, "the byte cap holds"
+        summarized = [r for r in script.turns if r.summary is not None]
+        assert summarized and all(r.messages[0].seq > 1 for r in summarized)
+    monkeypatch.undo()
+    # the same history under limits that count: read back and counted when a view needs it
+    counted_model = ScriptedModel(script, context_window=2_000, max_output_tokens=200)
+    agent = Agent(name="a", model=counted_model, builtins=False)
+    async with Runtime(store_url, [agent], settings=fast_settings(view_bytes=view_bytes)) as rt:
+        assert rt.limits["a"].counts_tokens
+        await converse(rt, "t", 1, start=20)
+        assert prompt_tokens(script.turns[-1]) <= 2_000
+        assert (await rt.thread("t")).tokens > 0, "new messages are counted"
 
 
 async def test_a_failing_compaction_leaves_the_thread_usable_and_is_retried(store_url: str) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dormant import compaction
 from dormant.compaction import INSTRUCTION, cut_index, due, pending_calls
-from dormant.context import message_bytes, message_tokens, summary_bytes
+from dormant.context import message_bytes, summary_bytes
 from dormant.records import Input, Message, Priority, Role, SliceLoad, Summary, Thread, ToolCall, ViewLimits
 from dormant.tokens import TokenCounter
 from tests.unit.test_context_properties import (
@@ -51,26 +51,57 @@ def seqs(messages: Sequence[Message]) -> list[int]:
 # -- due ---------------------------------------------------------------------------------
 
 
+BIG = 10**9
+
+
 def budget(tokens: int, messages: int = 10_000, size: int = 10**9) -> ViewLimits:
     return ViewLimits(max_tokens=tokens, max_messages=messages, max_bytes=size)
+
+
+def loaded(thread: Thread, first: int | None = None, size: int = 20) -> SliceLoad:
+    """``thread`` with a view of its own messages from ``first`` (default: right after
+    its summary) to its last, each of ``size`` bytes by message_bytes."""
+    start = thread.summary_seq + 1 if first is None else first
+    view = tuple(
+        Message(seq=i, role="user", content="x" * (size - 16)) for i in range(start, thread.last_seq + 1)
+    )
+    return SliceLoad(thread=thread, view=view, inputs=())
 
 
 def test_due_when_tokens_since_the_summary_pass_the_share_of_the_budget() -> None:
     thread = Thread(id="t", agent="a", tokens=1800, summarized_tokens=1000, last_seq=20, summary_seq=10)
     assert thread.tokens_since_summary == 800
-    assert due(thread, budget(1000), share=0.75)
-    assert not due(thread, budget(1000), share=0.8), "at the share exactly: not yet"
-    assert not due(thread, budget(2000), share=0.75)
-    assert not due(Thread(id="t", agent="a"), budget(1000), share=0.75), "nothing written: never"
-    assert not due(thread, budget(1000), share=0.0), "share 0: compaction is off"
+    load = loaded(thread)
+    assert due(load, budget(1000), share=0.75)
+    assert not due(load, budget(1000), share=0.8), "at the share exactly: not yet"
+    assert not due(load, budget(2000), share=0.75)
+    assert not due(loaded(Thread(id="t", agent="a")), budget(1000), share=0.75), "nothing written: never"
+    assert not due(load, budget(1000), share=0.0), "share 0: compaction is off"
+    settled = budget(1000, size=250)
+    assert not settled.counts_tokens
+    small = loaded(thread, size=16)  # 160 bytes, under 0.75 x 250
+    assert not due(small, settled, share=0.75), "limits that do not count tokens: by bytes and messages"
 
 
 def test_due_when_the_view_caps_would_drop_messages_before_the_budget_does() -> None:
-    thread = Thread(id="t", agent="a", tokens=800, last_seq=20)
-    assert not due(thread, budget(10_000), share=0.75)
-    assert due(thread, budget(10_000, messages=24), share=0.75), "20 messages > 0.75 x 24"
-    assert due(thread, budget(10_000, size=4_000), share=0.75), "800 tokens > 0.75 x 4,000 bytes / 4"
-    assert not due(thread, budget(10_000, messages=24), share=0.0)
+    load = loaded(Thread(id="t", agent="a", tokens=800, last_seq=20), size=100)  # 2,000 bytes
+    assert not due(load, budget(10_000), share=0.75)
+    assert due(load, budget(10_000, messages=24), share=0.75), "20 messages > 0.75 x 24"
+    assert due(load, budget(10_000, size=2_600), share=0.75), "2,000 bytes > 0.75 x 2,600"
+    assert not due(load, budget(10_000, size=2_700), share=0.75)
+    assert not due(load, budget(10_000, messages=24), share=0.0)
+
+
+def test_due_when_messages_since_the_summary_already_dropped_out_of_the_view() -> None:
+    thread = Thread(id="t", agent="a", last_seq=20, summary_seq=4)
+    assert not due(loaded(thread), budget(10_000), share=0.75)
+    assert due(loaded(thread, first=6), budget(10_000), share=0.75), "seq 5 is in no view and no summary"
+    assert due(loaded(thread, first=21), budget(10_000), share=0.75), "the view holds none of them"
+    inherited = Message(seq=7, role="user", content="from the parent")
+    child = Thread(id="c", agent="a", last_seq=3, parent_id="p", parent_seq=7)
+    load = loaded(child)
+    load = msgspec.structs.replace(load, view=(inherited, *load.view), inherited=1)
+    assert not due(load, budget(10_000), share=0.75), "a child's own messages start at seq 1"
 
 
 # -- pending calls -----------------------------------------------------------------------
@@ -92,26 +123,26 @@ def test_pending_calls_are_the_calls_with_no_result_after_them() -> None:
 
 
 def test_no_cut_under_two_messages() -> None:
-    assert cut_index([], 0) is None
-    assert cut_index([msg(1, "user")], 0) is None
+    assert cut_index([], 0, BIG) is None
+    assert cut_index([msg(1, "user")], 0, BIG) is None
 
 
 def test_cut_keeps_the_newest_messages_that_fit_keep_tokens() -> None:
     own = [msg(i, "user" if i % 2 else "assistant") for i in range(1, 7)]
-    assert cut_index(own, 35) == 2, "keeps the 3 newest (30 tokens)"
-    assert cut_index(own, 30) == 2
-    assert cut_index(own, 29) == 3
+    assert cut_index(own, 35, BIG) == 2, "keeps the 3 newest (30 tokens)"
+    assert cut_index(own, 30, BIG) == 2
+    assert cut_index(own, 29, BIG) == 3
 
 
 def test_cut_keeps_at_least_the_newest_message() -> None:
     own = [msg(1, "user"), msg(2, "assistant"), msg(3, "user", tokens=1000)]
-    assert cut_index(own, 0) == 1
-    assert cut_index(own, 10) == 1
+    assert cut_index(own, 0, BIG) == 1
+    assert cut_index(own, 10, BIG) == 1
 
 
 def test_no_cut_when_everything_fits() -> None:
     own = [msg(1, "user"), msg(2, "assistant"), msg(3, "user")]
-    assert cut_index(own, 30) is None
+    assert cut_index(own, 30, BIG) is None
 
 
 def test_cut_never_falls_between_a_call_and_its_results() -> None:
@@ -123,17 +154,19 @@ def test_cut_never_falls_between_a_call_and_its_results() -> None:
         msg(5, "assistant"),
     ]
     # the 2 newest fit: the cut would fall after result a; it moves before the call
-    assert cut_index(own, 20) == 0
-    assert cut_index(own, 10) == 3, "after the last result: allowed"
-    assert cut_index(own, 35) == 0
+    assert cut_index(own, 20, BIG) == 0
+    assert cut_index(own, 10, BIG) == 3, "after the last result: allowed"
+    assert cut_index(own, 35, BIG) == 0
 
 
-def test_cut_uses_the_estimate_for_messages_with_no_count() -> None:
-    legacy = Message(seq=3, role="user", content="x" * 300)
-    own = [msg(1, "user"), msg(2, "assistant"), legacy]
-    assert message_tokens(legacy) == 300 // 3 + 16 // 3 + 4 > 100
-    assert cut_index(own, 100) == 1
-    assert cut_index(own, message_tokens(legacy) + 10) == 0
+def test_cut_keeps_what_fits_keep_bytes_too() -> None:
+    # uncounted messages (limits that do not count tokens) are cut by bytes alone
+    own = [Message(seq=i, role="user", content="x" * 284) for i in range(1, 5)]
+    assert {message_bytes(m) for m in own} == {300}
+    assert cut_index(own, 0, 600) == 1, "keeps the 2 newest (600 bytes)"
+    assert cut_index(own, 0, 599) == 2
+    assert cut_index(own, 10**6, 900) == 0
+    assert cut_index(own, 10**6, 1200) is None
 
 
 def test_a_pending_call_stays_after_the_cut() -> None:
@@ -144,15 +177,15 @@ def test_a_pending_call_stays_after_the_cut() -> None:
         msg(4, "user"),  # the user wrote meanwhile
         msg(5, "assistant"),
     ]
-    assert cut_index(own, 10) == 1, "not at or after the waiting call"
+    assert cut_index(own, 10, BIG) == 1, "not at or after the waiting call"
     partly = [
         msg(1, "user"),
         msg(2, "assistant", calls=["a", "b"]),
         msg(3, "tool", result_of="a"),  # b still waits
         msg(4, "user"),
     ]
-    assert cut_index(partly, 10) == 0
-    assert cut_index([msg(1, "assistant", calls=["a"]), msg(2, "user"), msg(3, "user")], 0) is None
+    assert cut_index(partly, 10, BIG) == 0
+    assert cut_index([msg(1, "assistant", calls=["a"]), msg(2, "user"), msg(3, "user")], 0, BIG) is None
 
 
 def test_no_cut_when_only_results_of_the_first_call_could_be_summarized() -> None:
@@ -164,8 +197,8 @@ def test_no_cut_when_only_results_of_the_first_call_could_be_summarized() -> Non
     ]
     # the natural cut (after result a) moves back before the call: nothing left to cut;
     # cutting later (after result b) would be valid too but keep less than keep_tokens allows
-    assert cut_index(own, 20) is None
-    assert cut_index(own, 10) == 2
+    assert cut_index(own, 20, BIG) is None
+    assert cut_index(own, 10, BIG) == 2
 
 
 def valid_starts(own: Sequence[Message]) -> list[int]:
@@ -183,12 +216,24 @@ def valid_starts(own: Sequence[Message]) -> list[int]:
 
 
 @settings(PROPERTIES, max_examples=500)
-@given(own=histories(huge=False), keep_tokens=st.integers(0, 3000))
-def test_cut_obeys_the_pairing_rules_and_keep_tokens(own: list[Message], keep_tokens: int) -> None:
-    index = cut_index(own, keep_tokens)
-    # the natural start: the oldest that keeps the newest messages within keep_tokens
+@given(
+    own=histories(huge=False),
+    keep_tokens=st.integers(0, 3000),
+    keep_bytes=st.integers(0, 30_000) | st.just(BIG),
+)
+def test_cut_obeys_the_pairing_rules_and_the_keep_budget(
+    own: list[Message], keep_tokens: int, keep_bytes: int
+) -> None:
+    index = cut_index(own, keep_tokens, keep_bytes)
+
+    def fits(kept: Sequence[Message]) -> bool:  # stored counts: 0 where none was stored
+        return (
+            sum(m.tokens for m in kept) <= keep_tokens and sum(message_bytes(m) for m in kept) <= keep_bytes
+        )
+
+    # the natural start: the oldest that keeps the newest messages within both budgets
     natural = len(own) - 1
-    while natural > 0 and sum(message_tokens(m) for m in own[natural - 1 :]) <= keep_tokens:
+    while natural > 0 and fits(own[natural - 1 :]):
         natural -= 1
     allowed = [s for s in valid_starts(own) if s <= natural]
     if len(own) < 2 or not allowed:
@@ -201,12 +246,12 @@ def test_cut_obeys_the_pairing_rules_and_keep_tokens(own: list[Message], keep_to
     called = {c.id for m in summarized for c in m.tool_calls}
     assert not any(m.tool_call_id in called for m in kept), "a call and its results on one side"
     assert not called & pending_calls(own), "a pending call stays after the cut"
-    # the latest allowed start at or before the natural one: what fits keep_tokens, plus
-    # what the pairing rules add (never less: a later allowed start is not taken)
+    # the latest allowed start at or before the natural one: what fits the keep budget,
+    # plus what the pairing rules add (never less: a later allowed start is not taken)
     assert index + 1 == max(allowed)
     event("cut at the natural start" if index + 1 == natural else "cut moved earlier")
     if index + 1 == natural and natural < len(own) - 1:
-        assert sum(message_tokens(m) for m in kept) <= keep_tokens
+        assert fits(kept)
 
 
 # -- request, summary, compacted ---------------------------------------------------------
@@ -306,8 +351,9 @@ def test_compacting_a_view_then_rebuilding_it(world: World, limits: ViewLimits, 
     view, inherited = world.build(limits)
     thread = world.thread()
     load = SliceLoad(thread=thread, view=view, inputs=(), summary=world.summary, inherited=inherited)
-    keep_tokens = int(keep_share * sum(message_tokens(m) for m in view[inherited:]))
-    index = cut_index(view[inherited:], keep_tokens)
+    own = view[inherited:]
+    keep_tokens = int(keep_share * sum(m.tokens for m in own))
+    index = cut_index(own, keep_tokens, int(keep_share * sum(message_bytes(m) for m in own)))
     event(f"cut: {index is not None}, inherited: {inherited > 0}")
     if index is None:
         return
@@ -329,7 +375,7 @@ def test_compacting_a_view_then_rebuilding_it(world: World, limits: ViewLimits, 
     assert rebuilt == after.view[len(after.view) - len(rebuilt) :], "a suffix of the compacted view"
     fits = (
         len(after.view) <= limits.max_messages
-        and new.tokens + sum(message_tokens(m) for m in after.view) <= limits.max_tokens
+        and new.tokens + sum(m.tokens for m in after.view) <= limits.max_tokens
         and summary_bytes(new) + sum(message_bytes(m) for m in after.view) <= limits.max_bytes
     )
     if fits:

@@ -19,7 +19,6 @@ from dormant.context import (
     build_view,
     clip,
     drop_orphans,
-    estimate_tokens,
     extend_view,
     message_bytes,
     message_tokens,
@@ -128,12 +127,38 @@ def test_view_is_bounded_by_tokens_with_the_stored_counts() -> None:
     assert _tokens(view) <= 3 * one + 5
 
 
-def test_a_message_with_no_stored_count_is_estimated_generously() -> None:
+def test_a_message_with_no_stored_count_is_counted_when_a_view_needs_it() -> None:
     legacy = Message(seq=1, role="user", content=text(300))
     assert legacy.tokens == 0
-    assert message_tokens(legacy) == estimate_tokens(legacy) == message_bytes(legacy) // 3 + 4
-    assert message_tokens(legacy) >= COUNTER.message(legacy), "an overestimate (for prose)"
-    assert message_tokens(counted(legacy)) == COUNTER.message(legacy)
+    assert message_tokens(legacy) == COUNTER.message(legacy)
+    h = Histories()
+    h.messages["t"] = [legacy]
+    thread = Thread(id="t", agent="a", last_seq=1)
+    counting = ViewLimits(max_tokens=2000, max_bytes=64 * 1024)
+    assert counting.counts_tokens
+    assert [m.tokens for m in h.view(thread, counting)] == [COUNTER.message(legacy)]
+    (shown,) = h.view(thread, ViewLimits(max_tokens=300, max_bytes=64 * 1024))
+    assert shown.tokens <= MIN_CLIP_TOKENS < COUNTER.message(legacy), "clipped by its count"
+
+
+def test_limits_whose_byte_cap_bounds_the_tokens_count_nothing() -> None:
+    settled = ViewLimits(max_tokens=4 * 4096, max_bytes=4096)
+    assert not settled.counts_tokens
+    assert ViewLimits(max_tokens=4 * 4096 - 1, max_bytes=4096).counts_tokens
+    h = Histories()
+    h.messages["t"] = numbered([text(100)] * 50)
+    view = h.view(Thread(id="t", agent="a", last_seq=50), settled)
+    assert view and all(m.tokens == 0 for m in view), "nothing counted"
+    assert _bytes(view) <= 4096 < _bytes(view) + message_bytes(h.messages["t"][0])
+    # the bound that makes counting unnecessary: at most 4 tokens per byte of message_bytes
+    worst = [
+        Message(seq=1, role="assistant", content="\U0001f600" * 50, name="n" * 9),
+        Message(seq=2, role="tool", content="", name="x"),
+        Message(seq=3, role="assistant", content="", tool_calls=(ToolCall(id="", name="", arguments=""),)),
+        Message(seq=4, role="user", content="\u4e00\u9fff" * 40),
+    ]
+    for m in worst:
+        assert COUNTER.message(m) <= 4 * message_bytes(m), m
 
 
 def test_the_summary_counts_against_the_token_and_byte_budgets() -> None:

@@ -39,6 +39,7 @@ from dormant.context import (
     message_tokens,
     summary_bytes,
     summary_tokens,
+    with_count,
 )
 from dormant.records import Message, Role, Summary, Thread, ToolCall, ViewLimits
 from dormant.tokens import TokenCounter
@@ -313,9 +314,13 @@ def clip_bounds(limits: ViewLimits) -> tuple[int, int]:
 
 
 def check_clipped(shown: Message, original: Message, limits: ViewLimits) -> None:
-    """``shown`` is ``original`` as a view shows it: itself, or its head + note + tail."""
+    """``shown`` is ``original`` as a view shows it: itself (carrying its count if the
+    limits count tokens), or its head + note + tail."""
     max_tokens, max_bytes = clip_bounds(limits)
-    small = message_tokens(original) <= max_tokens and message_bytes(original) <= max_bytes
+    counting = limits.counts_tokens
+    if counting:
+        original = with_count(original, limits.encoding)
+    small = message_bytes(original) <= max_bytes and (not counting or original.tokens <= max_tokens)
     if small:
         assert shown == original, "a message within the clip bounds is shown as stored"
         return
@@ -329,11 +334,12 @@ def check_clipped(shown: Message, original: Message, limits: ViewLimits) -> None
     assert len(head) + cut + len(tail) == total, "the note says how much was cut"
     assert original.content.startswith(head) and original.content.endswith(tail)
     assert head and tail, "both ends are kept"  # generated tool calls are small: room is left
-    assert message_tokens(shown) <= max_tokens and message_bytes(shown) <= max_bytes, "a clipped message fits"
-    # counted as it is shown: exactly when the stored message had a count, else at least
-    assert shown.tokens >= COUNTER.message(shown), "a clipped message is never undercounted"
-    if original.tokens:
-        assert shown.tokens == COUNTER.message(shown)
+    assert message_bytes(shown) <= max_bytes, "a clipped message fits"
+    # counted as it is shown, exactly, if the limits count tokens; else not at all
+    if counting:
+        assert shown.tokens == COUNTER.message(shown) <= max_tokens
+    else:
+        assert shown.tokens == 0
 
 
 def check_view(
@@ -341,19 +347,21 @@ def check_view(
 ) -> None:
     summary = world.summary
     visible = world.visible(last_seq)
-    tokens = summary_tokens(summary) + sum(message_tokens(m) for m in view)
+    # the real tokens of what the view shows, whether the limits counted them or not
+    tokens = sum(COUNTER.message(m) for m in view)
+    if summary is not None:
+        tokens += COUNTER.count("system", summary.content)
     size = summary_bytes(summary) + sum(message_bytes(m) for m in view)
 
     # the bounds (when the summary alone is over one, nothing fits)
     assert len(view) <= limits.max_messages
-    if summary_tokens(summary) > limits.max_tokens or summary_bytes(summary) > limits.max_bytes:
+    if summary_tokens(summary, limits) > limits.max_tokens or summary_bytes(summary) > limits.max_bytes:
         assert view == ()
-    assert not view or tokens <= limits.max_tokens
+    assert not view or tokens <= limits.max_tokens, "within the token budget, counted or not"
     assert not view or size <= limits.max_bytes
-    # the counts the budget adds up are never under the real ones (as shown, for a clipped
-    # message), except the estimate of a message stored without one (a heuristic, under for
-    # dense JSON, digits or CJK: see estimate_tokens)
-    assert all(m.tokens == 0 or m.tokens >= COUNTER.message(m) for m in view)
+    # the counts the budget adds up are the real ones (as shown, for a clipped message)
+    if limits.counts_tokens:
+        assert all(m.tokens == COUNTER.message(m) for m in view)
 
     # a contiguous suffix of what the thread may see (so nothing the summary covers, nothing
     # past a spawn point), each message as stored or clipped
@@ -389,7 +397,7 @@ def check_view(
         return (
             k == len(visible)
             or k + 1 > limits.max_messages
-            or summary_tokens(summary) + sum(message_tokens(m) for m in window) > limits.max_tokens
+            or summary_tokens(summary, limits) + sum(m.tokens for m in window) > limits.max_tokens
             or summary_bytes(summary) + sum(message_bytes(m) for m in window) > limits.max_bytes
         )
 
@@ -418,6 +426,7 @@ def test_every_view_respects_the_budget_and_the_pairing_rules(world: World, limi
     event(f"lineage depth {len(world.chain) - 1}, inherited {'some' if inherited else 'none'}")
     whose = "none" if world.summary is None else world.summary.thread_id
     event(f"summary: {'own' if whose == world.own_id else 'none' if whose == 'none' else 'inherited'}")
+    event(f"limits count tokens: {limits.counts_tokens}")
     event(f"view: {'all visible' if len(view) == len(visible) else 'empty' if not view else 'a suffix'}")
     event(f"clipped in view: {sum(1 for m in view if NOTE.search(m.content))}")
     event(f"pending call in view: {bool(pending_ids(view))}")

@@ -28,6 +28,7 @@ SHOWN = (
     "rss_slope_kib_per_agent",
     "db_bytes_per_agent",
     "raw_bytes_per_agent",
+    "counts_tokens",
     "slice_p50_ms",
     "slice_p95_ms",
     "slice_p99_ms",
@@ -94,6 +95,15 @@ def scale(
     concurrency: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CONCURRENCY")] = 256,
     view_messages: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_VIEW_MESSAGES")] = 64,
     view_bytes: Annotated[int, typer.Option(min=1024, envvar="DORMANT_BENCH_VIEW_BYTES")] = 256 * 1024,
+    view_tokens: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="DORMANT_BENCH_VIEW_TOKENS",
+            help="cap the token budget of a view (0: what the model's window leaves); under 4 x "
+            "--view-bytes, messages are counted",
+        ),
+    ] = 0,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/scale"),
     workers: Annotated[
         int,
@@ -122,6 +132,7 @@ def scale(
         "concurrency": concurrency,
         "view_messages": view_messages,
         "view_bytes": view_bytes,
+        "view_tokens": view_tokens,
     }
     if workers:
         if "memory" in kinds:

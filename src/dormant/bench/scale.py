@@ -154,6 +154,9 @@ class ScaleResult:
     turn_latency_first_ms: float
     turn_latency_last_ms: float
     store_commits: int
+    #: whether the agent's limits count tokens (ViewLimits.counts_tokens), and its token budget
+    counts_tokens: bool = False
+    view_tokens: int = 0
     turn_latency_ms: list[float] = field(default_factory=list)
     waves: list[WaveRow] = field(default_factory=list)
 
@@ -188,6 +191,7 @@ async def run_scale(
     keep_data: bool = False,
     view_messages: int = 64,
     view_bytes: int = 256 * 1024,
+    view_tokens: int = 0,
 ) -> ScaleResult:
     """Run the workload on one store; write ``out/waves.csv`` and ``out/summary.json``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -202,6 +206,7 @@ async def run_scale(
         poll_s=0.05,
         view_messages=view_messages,
         view_bytes=view_bytes,
+        view_tokens=view_tokens,
         compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
     )
     trim()
@@ -233,6 +238,7 @@ async def run_scale(
         elapsed = time.perf_counter() - started
         stats = rt.stats
         commits = int(getattr(rt.store, "commits", 0))
+        limits = next(iter(rt.limits.values()))
     db = disk_bytes(workdir)
     lat = stats.slice_latency
     result = ScaleResult(
@@ -257,6 +263,8 @@ async def run_scale(
         turn_latency_first_ms=round(statistics.fmean(turn_times.get(0, [0.0])) * 1000, 2),
         turn_latency_last_ms=round(statistics.fmean(turn_times.get(turns - 1, [0.0])) * 1000, 2),
         store_commits=commits,
+        counts_tokens=limits.counts_tokens,
+        view_tokens=limits.max_tokens,
         turn_latency_ms=[round(statistics.fmean(turn_times[t]) * 1000, 2) for t in sorted(turn_times)],
         waves=rows,
     )

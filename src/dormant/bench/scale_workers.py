@@ -45,6 +45,7 @@ async def worker(args: dict[str, Any]) -> None:
         poll_s=0.05,
         view_messages=args["view_messages"],
         view_bytes=args["view_bytes"],
+        view_tokens=args["view_tokens"],
         compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
         worker_id=args["worker_id"],
     )
@@ -104,6 +105,7 @@ async def run_workers_scale(
     progress: Callable[[int, int], None] | None = None,
     view_messages: int = 64,
     view_bytes: int = 256 * 1024,
+    view_tokens: int = 0,
 ) -> dict[str, Any]:
     """Run the workload with ``workers`` processes; write ``waves.csv`` and ``summary.json``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -122,6 +124,7 @@ async def run_workers_scale(
                 "worker_id": f"bench-worker-{n}",
                 "view_messages": view_messages,
                 "view_bytes": view_bytes,
+                "view_tokens": view_tokens,
             }
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,

@@ -29,7 +29,7 @@ import apsw
 import msgspec
 
 from .. import inbox
-from ..context import ViewCache, build_view, message_bytes, message_tokens
+from ..context import ViewCache, build_view, message_bytes
 from ..errors import LeaseLost, NotFound, SchemaError, StoreError, UsageError
 from ..records import (
     Admission,
@@ -561,7 +561,7 @@ class SQLiteStore(SQLiteOutbox, SQLiteBlobs):
             ]
             self.view_reads += 1
             self.view_read_bytes += sum(message_bytes(m) for m in messages)
-            self.view_read_tokens += sum(message_tokens(m) for m in messages)
+            self.view_read_tokens += sum(m.tokens for m in messages)  # as stored (0: uncounted)
             return messages
 
         return fetch
