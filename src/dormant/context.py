@@ -13,6 +13,12 @@ A single message over a quarter of the token or byte budget (and over 256 tokens
 1 KiB) is shown clipped: its head and tail with a note of how much was cut from the
 middle. The stored message is unchanged.
 
+Tokens are added up only when the limits count them (:attr:`ViewLimits.counts_tokens`):
+when four times the byte cap fits the token budget, the byte cap alone keeps every
+view within it, whatever the text, and tokens are neither counted nor summed. Else
+every message a view shows carries its count: the stored one, or one counted as it
+is read (messages stored uncounted).
+
 :class:`ViewCache` keeps recent views in RAM under a hard byte and entry budget,
 so the next slice of a thread extends the view it already has instead of
 reading it again. It only accelerates: an entry is used only when the thread's

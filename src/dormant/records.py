@@ -55,8 +55,9 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     source: str | None = None
     input_id: int | None = None
     created_at: float = 0.0
-    #: prompt tokens of the message, counted once when it is written (0: not counted,
-    #: e.g. written before schema 2; views then estimate it from its length)
+    #: prompt tokens of the message, counted once when it is written (0: not counted:
+    #: written before schema 2, or under limits that do not count tokens; a view whose
+    #: limits count tokens counts it when it reads it)
     tokens: int = 0
 
 
@@ -117,6 +118,7 @@ class Thread(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float = 0.0
     updated_at: float = 0.0
     #: tokens of all the thread's own messages, and of those its latest summary covers
+    #: (the stored counts: messages stored uncounted add 0)
     tokens: int = 0
     summarized_tokens: int = 0
     #: the last seq the latest compaction summary covers (0: never compacted)
