@@ -299,8 +299,20 @@ class _Entry:
         self.cost = usage[1] + summary_bytes(summary) + MESSAGE_OVERHEAD * (len(view) + 1)
 
 
+#: While the cache is full, one refused re-admission in this many is let in anyway,
+#: so the resident set still turns over (see :meth:`ViewCache.put`).
+ADMIT_EVERY = 16
+
+
 class ViewCache:
-    """Per-thread views, least recently used first out, capped by bytes and entries."""
+    """Per-thread views, least recently used first out, capped by bytes and entries.
+
+    Scan-resistant: when more threads are active than their views fit (slices visit
+    them in turn, so plain LRU would evict each view just before it is needed and
+    never hit), a thread whose view was evicted recently is not let back in while the
+    cache is full, except one time in :data:`ADMIT_EVERY`. The resident views keep
+    hitting; a thread never seen before, or not for a while, is always let in.
+    """
 
     def __init__(self, max_bytes: int, max_entries: int = 100_000) -> None:
         self.max_bytes = max_bytes
@@ -308,7 +320,10 @@ class ViewCache:
         self.bytes = 0
         self.hits = 0
         self.misses = 0
+        self.refused = 0
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # ids of threads whose views were evicted, oldest first; bounded (see _evicted)
+        self._ghosts: OrderedDict[str, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -338,19 +353,37 @@ class ViewCache:
         summary: Summary | None = None,
         inherited: int = 0,
     ) -> None:
-        """Remember ``view`` as the view of ``thread`` at its row's ``last_seq``."""
+        """Remember ``view`` as the view of ``thread`` at its row's ``last_seq``; unless
+        the cache is full and this thread's view was evicted recently (scan resistance)."""
         entry = _Entry(thread.last_seq, thread.summary_seq, limits, view, summary, inherited, _usage(view))
-        self._store(thread.id, entry)
+        thread_id = thread.id
+        if thread_id in self._ghosts and thread_id not in self._entries and self._full(entry.cost):
+            self._ghosts.move_to_end(thread_id)
+            self.refused += 1
+            if self.refused % ADMIT_EVERY:
+                return
+        self._store(thread_id, entry)
+
+    def _full(self, cost: int) -> bool:
+        return self.bytes + cost > self.max_bytes or len(self._entries) >= self.max_entries
 
     def _store(self, thread_id: str, entry: _Entry) -> None:
         self.discard(thread_id)
         if entry.cost > self.max_bytes or self.max_entries <= 0:
             return
+        self._ghosts.pop(thread_id, None)
         self._entries[thread_id] = entry
         self.bytes += entry.cost
         while self.bytes > self.max_bytes or len(self._entries) > self.max_entries:
-            _, old = self._entries.popitem(last=False)
+            evicted, old = self._entries.popitem(last=False)
             self.bytes -= old.cost
+            self._evicted(evicted)
+
+    def _evicted(self, thread_id: str) -> None:
+        """Remember an evicted thread: about as many as the cache holds, twice over."""
+        self._ghosts[thread_id] = None
+        while len(self._ghosts) > 2 * len(self._entries) + 64:
+            self._ghosts.popitem(last=False)
 
     def advance(self, thread_id: str, messages: Sequence[Message], *, summarized: bool = False) -> None:
         """A slice committed ``messages``: extend the cached view, or drop it if stale.
@@ -379,4 +412,5 @@ class ViewCache:
     def clear(self) -> None:
         """Forget everything."""
         self._entries.clear()
+        self._ghosts.clear()
         self.bytes = 0

@@ -553,3 +553,26 @@ def test_view_cache_recency_protects_used_entries() -> None:
     assert cache.get(_row("a", 1), limits) is not None
     cache.put(_row("c", 1), limits, _msgs(1))
     assert cache.get(_row("a", 1), limits) is not None and cache.get(_row("b", 1), limits) is None
+
+
+def test_view_cache_keeps_hitting_when_more_threads_cycle_than_fit() -> None:
+    """Slices visit a wave's threads in turn; with plain LRU, a cache that holds half
+    of them would evict each view just before its next use and never hit."""
+    one = _cost(_msgs(1))
+    cache = ViewCache(max_bytes=one * 50)
+    limits = ViewLimits(max_messages=1)  # every view costs the same
+    threads = [f"t{i}" for i in range(100)]
+    for turn in range(1, 21):
+        for thread_id in threads:
+            row = _row(thread_id, turn)
+            if cache.get(row, limits) is None:
+                cache.put(row, limits, _msgs(1, start=turn))
+            cache.advance(thread_id, _msgs(1, start=turn + 1))  # the slice commits
+            assert cache.bytes <= cache.max_bytes
+    assert cache.hits > 0.4 * 100 * 19, "about half the threads keep their view"
+    assert cache.refused > 0 and len(cache) == 50
+    fresh = _row("new", 1)
+    cache.put(fresh, limits, _msgs(1))
+    assert cache.get(fresh, limits) is not None, "a thread not seen before is always let in"
+    cache.clear()
+    assert (len(cache), cache.bytes) == (0, 0)
