@@ -92,7 +92,7 @@ def with_count(message: Message, encoding: str) -> Message:
 def clip(message: Message, limits: ViewLimits) -> Message:
     """``message`` as a view shows it: counted if the limits count tokens, and cut to
     its head and tail when over 1/CLIP_SHARE of the token or byte budget."""
-    max_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
+    max_bytes = clip_bytes(limits)
     counting = limits.counts_tokens
     if counting:
         message = with_count(message, limits.encoding)
@@ -126,10 +126,15 @@ def clip(message: Message, limits: ViewLimits) -> Message:
         keep = keep * 3 // 4 if keep > 64 else 0
 
 
-def _shown(message: Message, limits: ViewLimits, counting: bool, clip_bytes: int) -> tuple[Message, int]:
+def clip_bytes(limits: ViewLimits) -> int:
+    """Size over which a message is shown clipped."""
+    return max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
+
+
+def _shown(message: Message, limits: ViewLimits, counting: bool, clip_at: int) -> tuple[Message, int]:
     """``clip(message, limits)`` and its bytes; the common case decided in one size."""
     size = message_bytes(message)
-    if not counting and size <= clip_bytes:
+    if not counting and size <= clip_at:
         return message, size
     shown = clip(message, limits)
     return shown, size if shown is message else message_bytes(shown)
@@ -163,7 +168,7 @@ def build_view(
     picked: list[Message] = []  # newest first
     own = -1
     counting = limits.counts_tokens
-    clip_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
+    clip_at = clip_bytes(limits)
     tokens = summary_tokens(summary, limits)
     size = summary_bytes(summary)
     # per message, tokens and bytes: the thread's average where it was counted, else a guess
@@ -184,7 +189,7 @@ def build_view(
             for message in fetch(thread_id, max_seq, floor, limit):
                 got += 1
                 max_seq = message.seq - 1
-                shown, b = _shown(message, limits, counting, clip_bytes)
+                shown, b = _shown(message, limits, counting, clip_at)
                 t = shown.tokens
                 read_tokens += t
                 read_bytes += b
@@ -255,9 +260,9 @@ def _extend(
     tokens = usage[0] + extra
     size = usage[1] + summary_bytes(summary)
     counting = limits.counts_tokens
-    clip_bytes = max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
+    clip_at = clip_bytes(limits)
     for m in new:
-        shown, b = _shown(m, limits, counting, clip_bytes)
+        shown, b = _shown(m, limits, counting, clip_at)
         combined.append(shown)
         tokens += shown.tokens
         size += b
@@ -302,6 +307,10 @@ class _Entry:
 #: While the cache is full, one refused re-admission in this many is let in anyway,
 #: so the resident set still turns over (see :meth:`ViewCache.put`).
 ADMIT_EVERY = 16
+#: RAM an evicted thread's id costs in the cache's memory of evictions, beyond its text.
+GHOST_OVERHEAD = 100
+#: That memory takes at most 1/GHOST_SHARE of the cache's byte budget.
+GHOST_SHARE = 16
 
 
 class ViewCache:
@@ -322,8 +331,10 @@ class ViewCache:
         self.misses = 0
         self.refused = 0
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        # ids of threads whose views were evicted, oldest first; bounded (see _evicted)
+        # ids of threads whose views were evicted, oldest first, and the RAM they are
+        # charged; bounded by entries and bytes (see _evicted)
         self._ghosts: OrderedDict[str, None] = OrderedDict()
+        self.ghost_bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -371,7 +382,7 @@ class ViewCache:
         self.discard(thread_id)
         if entry.cost > self.max_bytes or self.max_entries <= 0:
             return
-        self._ghosts.pop(thread_id, None)
+        self._forget_ghost(thread_id)
         self._entries[thread_id] = entry
         self.bytes += entry.cost
         while self.bytes > self.max_bytes or len(self._entries) > self.max_entries:
@@ -380,10 +391,19 @@ class ViewCache:
             self._evicted(evicted)
 
     def _evicted(self, thread_id: str) -> None:
-        """Remember an evicted thread: about as many as the cache holds, twice over."""
+        """Remember an evicted thread: about as many as the cache holds, twice over,
+        in at most 1/GHOST_SHARE of its byte budget."""
+        self._forget_ghost(thread_id)
         self._ghosts[thread_id] = None
-        while len(self._ghosts) > 2 * len(self._entries) + 64:
-            self._ghosts.popitem(last=False)
+        self.ghost_bytes += len(thread_id) + GHOST_OVERHEAD
+        most, budget = 2 * len(self._entries) + 64, self.max_bytes // GHOST_SHARE
+        while self._ghosts and (len(self._ghosts) > most or self.ghost_bytes > budget):
+            oldest, _ = self._ghosts.popitem(last=False)
+            self.ghost_bytes -= len(oldest) + GHOST_OVERHEAD
+
+    def _forget_ghost(self, thread_id: str) -> None:
+        if self._ghosts.pop(thread_id, False) is None:
+            self.ghost_bytes -= len(thread_id) + GHOST_OVERHEAD
 
     def advance(self, thread_id: str, messages: Sequence[Message], *, summarized: bool = False) -> None:
         """A slice committed ``messages``: extend the cached view, or drop it if stale.
@@ -413,4 +433,4 @@ class ViewCache:
         """Forget everything."""
         self._entries.clear()
         self._ghosts.clear()
-        self.bytes = 0
+        self.bytes = self.ghost_bytes = 0

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from dormant.context import (
+    GHOST_SHARE,
     MAX_CHUNK,
     MESSAGE_OVERHEAD,
     MIN_CHUNK,
@@ -558,7 +559,7 @@ def test_view_cache_recency_protects_used_entries() -> None:
 def test_view_cache_keeps_hitting_when_more_threads_cycle_than_fit() -> None:
     """Slices visit a wave's threads in turn; with plain LRU, a cache that holds half
     of them would evict each view just before its next use and never hit."""
-    one = _cost(_msgs(1))
+    one = _cost(_msgs(1, size=2000))  # views of a few KB, as real ones are
     cache = ViewCache(max_bytes=one * 50)
     limits = ViewLimits(max_messages=1)  # every view costs the same
     threads = [f"t{i}" for i in range(100)]
@@ -566,13 +567,18 @@ def test_view_cache_keeps_hitting_when_more_threads_cycle_than_fit() -> None:
         for thread_id in threads:
             row = _row(thread_id, turn)
             if cache.get(row, limits) is None:
-                cache.put(row, limits, _msgs(1, start=turn))
-            cache.advance(thread_id, _msgs(1, start=turn + 1))  # the slice commits
+                cache.put(row, limits, _msgs(1, start=turn, size=2000))
+            cache.advance(thread_id, _msgs(1, start=turn + 1, size=2000))  # the slice commits
             assert cache.bytes <= cache.max_bytes
     assert cache.hits > 0.4 * 100 * 19, "about half the threads keep their view"
     assert cache.refused > 0 and len(cache) == 50
     fresh = _row("new", 1)
-    cache.put(fresh, limits, _msgs(1))
+    cache.put(fresh, limits, _msgs(1, size=2000))
     assert cache.get(fresh, limits) is not None, "a thread not seen before is always let in"
+    # what it remembers of evictions is bounded by entries and by bytes
+    for i in range(2000):
+        cache.put(_row(f"{'x' * 200}-{i}", 1), limits, _msgs(1, size=2000))
+        assert cache.ghost_bytes <= cache.max_bytes // GHOST_SHARE
+    assert cache.ghost_bytes > 0 and len(cache) == 50
     cache.clear()
     assert (len(cache), cache.bytes) == (0, 0)
