@@ -9,14 +9,13 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from dormant.cache import GHOST_SHARE, ViewCache
 from dormant.context import (
-    GHOST_SHARE,
     MAX_CHUNK,
     MESSAGE_OVERHEAD,
     MIN_CHUNK,
     MIN_CLIP_BYTES,
     MIN_CLIP_TOKENS,
-    ViewCache,
     build_view,
     clip,
     drop_orphans,
@@ -582,3 +581,22 @@ def test_view_cache_keeps_hitting_when_more_threads_cycle_than_fit() -> None:
     assert cache.ghost_bytes > 0 and len(cache) == 50
     cache.clear()
     assert (len(cache), cache.bytes) == (0, 0)
+
+
+def test_view_cache_reports_and_shrinks_on_demand() -> None:
+    one = _cost(_msgs(3))
+    cache = ViewCache(max_bytes=one * 10)
+    limits = ViewLimits()
+    for n in range(6):
+        cache.put(_row(f"t{n}", 3), limits, _msgs(3))
+    stats = cache.stats()
+    assert (stats.entries, stats.bytes, stats.max_bytes) == (6, one * 6, one * 10)
+    assert cache.shrink(one * 2) == one * 4
+    assert cache.stats().entries == 2 and cache.bytes == one * 2
+    # the most recently used ones stay
+    assert cache.get(_row("t5", 3), limits) is not None
+    assert cache.get(_row("t0", 3), limits) is None
+    cache.resize(one)
+    assert cache.max_bytes == one and cache.bytes <= one and len(cache) == 1
+    cache.put(_row("t9", 3), limits, _msgs(3))
+    assert cache.bytes <= one

@@ -24,6 +24,7 @@ import msgspec
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from dormant.cache import ViewCache
 from dormant.context import (
     CLIP_SHARE,
     MAX_CHUNK,
@@ -31,7 +32,6 @@ from dormant.context import (
     MIN_CHUNK,
     MIN_CLIP_BYTES,
     MIN_CLIP_TOKENS,
-    ViewCache,
     build_view,
     clip,
     extend_view,

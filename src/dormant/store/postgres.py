@@ -33,7 +33,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .. import inbox
-from ..context import ViewCache
+from ..cache import ViewCache
 from ..errors import DormantError, NotFound, SchemaError, StoreError, UsageError
 from ..records import (
     Admission,

@@ -30,7 +30,7 @@ from .rows import THREAD_TABLES
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
-    from ..context import ViewCache
+    from ..cache import ViewCache
 
 #: How often (seconds) a put sweeps what failed writes left.
 SWEEP_EVERY_S = 600.0

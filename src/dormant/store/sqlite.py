@@ -29,7 +29,8 @@ import apsw
 import msgspec
 
 from .. import inbox
-from ..context import ViewCache, build_view, message_bytes
+from ..cache import ViewCache
+from ..context import build_view, message_bytes
 from ..errors import LeaseLost, NotFound, SchemaError, StoreError, UsageError
 from ..records import (
     Admission,

@@ -40,7 +40,7 @@ from .rows import THREAD_TABLES
 from .sqlite_sql import translate
 
 if TYPE_CHECKING:
-    from ..context import ViewCache
+    from ..cache import ViewCache
     from .sqlite_writer import Conn, Job
 
 #: How often (seconds) a put sweeps what failed writes left.

@@ -1,0 +1,220 @@
+"""The view cache: recent views in RAM under a hard byte and entry budget.
+
+The next slice of a thread extends the view it already has instead of reading it
+again. It only accelerates: an entry is used only when the thread's ``last_seq``
+and ``summary_seq``, read from the store in the same slice, say it is current.
+
+One cache is created per runtime (from ``Settings.view_cache_bytes``) and handed
+to its store, so the memory governor can read its size and tell it to shrink
+(:meth:`ViewCache.shrink`); nothing in it is ever true only in memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import msgspec
+
+from .context import MESSAGE_OVERHEAD, _extend, _usage, summary_bytes
+from .records import Message, Summary, Thread, ViewLimits
+
+
+class CacheStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What a :class:`ViewCache` holds and how it has served."""
+
+    entries: int
+    bytes: int
+    max_entries: int
+    max_bytes: int
+    hits: int
+    misses: int
+    ghost_bytes: int
+
+
+class _Entry:
+    __slots__ = ("cost", "inherited", "last_seq", "limits", "summary", "summary_seq", "usage", "view")
+
+    def __init__(
+        self,
+        last_seq: int,
+        summary_seq: int,
+        limits: ViewLimits,
+        view: tuple[Message, ...],
+        summary: Summary | None,
+        inherited: int,
+        usage: tuple[int, int],
+    ) -> None:
+        self.last_seq = last_seq
+        self.summary_seq = summary_seq
+        self.limits = limits
+        self.view = view
+        self.summary = summary
+        self.inherited = inherited
+        self.usage = usage
+        # RAM the entry is charged: its text plus a per-message overhead
+        self.cost = usage[1] + summary_bytes(summary) + MESSAGE_OVERHEAD * (len(view) + 1)
+
+
+#: While the cache is full, one refused re-admission in this many is let in anyway,
+#: so the resident set still turns over (see :meth:`ViewCache.put`).
+ADMIT_EVERY = 16
+#: RAM an evicted thread's id costs in the cache's memory of evictions, beyond its text.
+GHOST_OVERHEAD = 100
+#: That memory takes at most 1/GHOST_SHARE of the cache's byte budget.
+GHOST_SHARE = 16
+
+
+class ViewCache:
+    """Per-thread views, least recently used first out, capped by bytes and entries.
+
+    Scan-resistant: when more threads are active than their views fit (slices visit
+    them in turn, so plain LRU would evict each view just before it is needed and
+    never hit), a thread whose view was evicted recently is not let back in while the
+    cache is full, except one time in :data:`ADMIT_EVERY`. The resident views keep
+    hitting; a thread never seen before, or not for a while, is always let in.
+    """
+
+    def __init__(self, max_bytes: int, max_entries: int = 100_000) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.refused = 0
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # ids of threads whose views were evicted, oldest first, and the RAM they are
+        # charged; bounded by entries and bytes (see _evicted)
+        self._ghosts: OrderedDict[str, None] = OrderedDict()
+        self.ghost_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(
+        self, thread: Thread, limits: ViewLimits
+    ) -> tuple[tuple[Message, ...], Summary | None, int] | None:
+        """The cached (view, summary, inherited) of ``thread`` if current at its row."""
+        entry = self._entries.get(thread.id)
+        if (
+            entry is None
+            or entry.last_seq != thread.last_seq
+            or entry.summary_seq != thread.summary_seq
+            or entry.limits != limits
+        ):
+            self.misses += 1
+            return None
+        self._entries.move_to_end(thread.id)
+        self.hits += 1
+        return entry.view, entry.summary, entry.inherited
+
+    def put(
+        self,
+        thread: Thread,
+        limits: ViewLimits,
+        view: tuple[Message, ...],
+        summary: Summary | None = None,
+        inherited: int = 0,
+    ) -> None:
+        """Remember ``view`` as the view of ``thread`` at its row's ``last_seq``; unless
+        the cache is full and this thread's view was evicted recently (scan resistance)."""
+        entry = _Entry(thread.last_seq, thread.summary_seq, limits, view, summary, inherited, _usage(view))
+        thread_id = thread.id
+        if thread_id in self._ghosts and thread_id not in self._entries and self._full(entry.cost):
+            self._ghosts.move_to_end(thread_id)
+            self.refused += 1
+            if self.refused % ADMIT_EVERY:
+                return
+        self._store(thread_id, entry)
+
+    def _full(self, cost: int) -> bool:
+        return self.bytes + cost > self.max_bytes or len(self._entries) >= self.max_entries
+
+    def _store(self, thread_id: str, entry: _Entry) -> None:
+        self.discard(thread_id)
+        if entry.cost > self.max_bytes or self.max_entries <= 0:
+            return
+        self._forget_ghost(thread_id)
+        self._entries[thread_id] = entry
+        self.bytes += entry.cost
+        while self.bytes > self.max_bytes or len(self._entries) > self.max_entries:
+            evicted, old = self._entries.popitem(last=False)
+            self.bytes -= old.cost
+            self._evicted(evicted)
+
+    def _evicted(self, thread_id: str) -> None:
+        """Remember an evicted thread: about as many as the cache holds, twice over,
+        in at most 1/GHOST_SHARE of its byte budget."""
+        self._forget_ghost(thread_id)
+        self._ghosts[thread_id] = None
+        self.ghost_bytes += len(thread_id) + GHOST_OVERHEAD
+        self._trim_ghosts()
+
+    def _trim_ghosts(self) -> None:
+        most, budget = 2 * len(self._entries) + 64, self.max_bytes // GHOST_SHARE
+        while self._ghosts and (len(self._ghosts) > most or self.ghost_bytes > budget):
+            oldest, _ = self._ghosts.popitem(last=False)
+            self.ghost_bytes -= len(oldest) + GHOST_OVERHEAD
+
+    def _forget_ghost(self, thread_id: str) -> None:
+        if self._ghosts.pop(thread_id, False) is None:
+            self.ghost_bytes -= len(thread_id) + GHOST_OVERHEAD
+
+    def advance(self, thread_id: str, messages: Sequence[Message], *, summarized: bool = False) -> None:
+        """A slice committed ``messages``: extend the cached view, or drop it if stale.
+
+        A slice that wrote a summary (``summarized``) changes the view's start: dropped.
+        """
+        entry = self._entries.get(thread_id)
+        if entry is None or not messages:
+            return
+        if summarized or messages[0].seq != entry.last_seq + 1:
+            self.discard(thread_id)
+            return
+        view, usage = _extend(entry.view, messages, entry.limits, entry.summary, entry.usage)
+        inherited = max(0, entry.inherited - (len(entry.view) + len(messages) - len(view)))
+        self._store(
+            thread_id,
+            _Entry(messages[-1].seq, entry.summary_seq, entry.limits, view, entry.summary, inherited, usage),
+        )
+
+    def discard(self, thread_id: str) -> None:
+        """Forget ``thread_id``'s view."""
+        entry = self._entries.pop(thread_id, None)
+        if entry is not None:
+            self.bytes -= entry.cost
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self._entries.clear()
+        self._ghosts.clear()
+        self.bytes = self.ghost_bytes = 0
+
+    def stats(self) -> CacheStats:
+        """Entries, bytes, budgets and hit counts, for metrics and the governor."""
+        return CacheStats(
+            entries=len(self._entries),
+            bytes=self.bytes,
+            max_entries=self.max_entries,
+            max_bytes=self.max_bytes,
+            hits=self.hits,
+            misses=self.misses,
+            ghost_bytes=self.ghost_bytes,
+        )
+
+    def shrink(self, to_bytes: int) -> int:
+        """Evict least recently used views until at most ``to_bytes`` are held; returns
+        the bytes freed. The budget itself is unchanged (see :meth:`resize`)."""
+        before = self.bytes
+        while self._entries and self.bytes > max(0, to_bytes):
+            evicted, old = self._entries.popitem(last=False)
+            self.bytes -= old.cost
+            self._evicted(evicted)
+        return before - self.bytes
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the byte budget (the governor lowers it under pressure and restores it
+        after); evicts at once down to the new budget."""
+        self.max_bytes = max(0, int(max_bytes))
+        self.shrink(self.max_bytes)
+        self._trim_ghosts()
