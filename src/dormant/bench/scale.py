@@ -179,6 +179,16 @@ def disk_bytes(workdir: Path) -> int:
     return sum(p.stat().st_size for p in workdir.glob("scale.db*") if p.is_file())
 
 
+def db_bytes(kind: str, url: str, workdir: Path) -> int:
+    """Bytes the store of a run takes: the SQLite file + WAL, PostgreSQL's tables (with
+    indexes and TOAST) in the run's schema, 0 for the in-RAM baseline."""
+    if kind == "postgres":
+        from .pg import schema_bytes
+
+        return schema_bytes(url)
+    return disk_bytes(workdir)
+
+
 async def run_scale(
     kind: str,
     *,
@@ -232,14 +242,14 @@ async def run_scale(
                     agents=first + len(ids),
                     rss_bytes=rss_bytes(),
                     elapsed_s=round(time.perf_counter() - started, 3),
-                    db_bytes=disk_bytes(workdir),
+                    db_bytes=db_bytes(kind, url, workdir),
                 )
             )
         elapsed = time.perf_counter() - started
         stats = rt.stats
         commits = int(getattr(rt.store, "commits", 0))
         limits = next(iter(rt.limits.values()))
-    db = disk_bytes(workdir)
+    db = db_bytes(kind, url, workdir)  # a PostgreSQL run's schema is dropped only at exit
     lat = stats.slice_latency
     result = ScaleResult(
         store=kind,
