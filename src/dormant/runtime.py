@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import os
 import socket
@@ -31,7 +30,7 @@ from types import TracebackType
 
 import msgspec
 
-from . import blobs, compaction
+from . import blobs, budget, compaction
 from .agent import Agent
 from .blobs import ToolOutput
 from .config import Settings
@@ -65,17 +64,10 @@ from .records import (
 from .scheduler import Scheduler
 from .slice import InlineCall, InlineResult, Turn
 from .store import Store, open_store, store_options
-from .tokens import DEFAULT_ENCODING, TokenCounter, count_text
+from .tokens import TokenCounter
 from .tools import ToolContext
 
 log = logging.getLogger("dormant.runtime")
-
-#: A model that does not declare its window is assumed to have this one (tokens).
-DEFAULT_WINDOW = 128_000
-#: Tokens kept free besides the output reserve: per-message framing, rounding.
-PROMPT_MARGIN = 64
-#: The smallest history budget a runtime accepts.
-MIN_VIEW_TOKENS = 256
 
 
 def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
@@ -207,39 +199,8 @@ class Runtime:
         self._store_errors = 0  # slices in a row that the store could not take
 
     def _view_limits(self, agent: Agent) -> ViewLimits:
-        """The view budget of ``agent``'s threads: what its model's window leaves for history.
-
-        The system prompt and tool schemas are first bounded by their UTF-8 bytes (a
-        token is at least one byte). When the byte cap alone then keeps every view
-        within the budget (:attr:`ViewLimits.counts_tokens` is false), that bound is
-        the budget and nothing loads the tokenizer; else they are counted.
-        """
-        model = agent.model
-        encoding = getattr(model, "encoding", DEFAULT_ENCODING)
-        window = getattr(model, "context_window", DEFAULT_WINDOW)
-        reserved = getattr(model, "max_output_tokens", 4096) + PROMPT_MARGIN
-        schemas = json.dumps(agent.toolbox.schemas)
-
-        def budget(fixed: int) -> int:
-            left = window - reserved - fixed
-            return min(left, self.settings.view_tokens) if self.settings.view_tokens else left
-
-        limits = ViewLimits(
-            max_messages=self.settings.view_messages,
-            max_bytes=self.settings.view_bytes,
-            max_tokens=budget(len(agent.system_prompt.encode()) + len(schemas.encode())),
-            encoding=encoding,
-        )
-        if limits.counts_tokens:
-            fixed = count_text(agent.system_prompt, encoding) + count_text(schemas, encoding)
-            limits = msgspec.structs.replace(limits, max_tokens=budget(fixed))
-        if limits.max_tokens < MIN_VIEW_TOKENS:
-            raise UsageError(
-                f"agent {agent.name!r}: the model's window of {window} tokens leaves {limits.max_tokens} "
-                f"for history once its system prompt, tools and output are counted; at least "
-                f"{MIN_VIEW_TOKENS} needed"
-            )
-        return limits
+        """The view and request budget of ``agent``'s threads (see :mod:`dormant.budget`)."""
+        return budget.limits_for(agent, self.settings)
 
     def _counter(self, encoding: str) -> TokenCounter:
         counter = self._counters.get(encoding)
@@ -495,6 +456,7 @@ class Runtime:
             max_rounds=self.settings.max_rounds,
             now=self.clock(),
             summary=summary,
+            limits=limits,
         )
         while turn.wants_model:
             reply = await self._complete(agent, turn.request())

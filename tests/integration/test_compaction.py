@@ -18,6 +18,7 @@ from dormant import (
     Runtime,
     ScriptedModel,
     ToolCall,
+    budget,
     context,
     runtime,
     tool,
@@ -102,7 +103,7 @@ async def test_an_agent_whose_byte_cap_bounds_its_views_counts_nothing_and_compa
         raise AssertionError("the tokenizer was used")
 
     monkeypatch.setattr(runtime, "TokenCounter", no_tokenizer)
-    monkeypatch.setattr(runtime, "count_text", no_tokenizer)
+    monkeypatch.setattr(budget, "count_text", no_tokenizer)
     monkeypatch.setattr(context, "count_message", no_tokenizer)
     script = Recorder()
     model = ScriptedModel(script, context_window=128_000, max_output_tokens=200)
