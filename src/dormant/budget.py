@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_OUTPUT",
     "DEFAULT_WINDOW",
+    "EXACT_FIXED_SHARE",
     "MIN_VIEW_TOKENS",
     "ROLE_TOKENS",
     "fixed_tokens",
@@ -57,6 +58,10 @@ DEFAULT_WINDOW: Final = 128_000
 DEFAULT_MAX_OUTPUT: Final = 4_096
 #: The smallest history budget a runtime accepts.
 MIN_VIEW_TOKENS: Final = 256
+#: The constant part is counted exactly (loading the tokenizer) only when its byte bound
+#: is over 1/EXACT_FIXED_SHARE of the prompt budget: below, exactness would win history
+#: less than that share of its budget.
+EXACT_FIXED_SHARE: Final = 32
 #: Tokens of a role name ("system", "user", "assistant", "tool": one each in every
 #: encoding dormant knows); bounded by bytes where the tokenizer is not loaded.
 ROLE_TOKENS: Final = 1
@@ -129,10 +134,11 @@ def view_limits(
     """The limits of a view and of every request built on it, under the budget rule.
 
     ``max_tokens`` (0: no cap) caps what the window leaves. The constant part is
-    bounded by its bytes; only when the byte cap could then pass the token budget
-    (:attr:`ViewLimits.counts_tokens`) is it counted, to give history every token it
-    may have. Raises :class:`UsageError` when fewer than :data:`MIN_VIEW_TOKENS` are
-    left for history and new messages.
+    bounded by its bytes; it is counted, to give history every token it may have, only
+    when the byte cap could then pass the token budget (:attr:`ViewLimits.counts_tokens`)
+    and the bound is over 1/:data:`EXACT_FIXED_SHARE` of the prompt budget. Raises
+    :class:`UsageError` when fewer than :data:`MIN_VIEW_TOKENS` are left for history and
+    new messages.
     """
     prompt = prompt_tokens(window, max_output, margin)
     text = schemas_text(schemas)
@@ -144,7 +150,8 @@ def view_limits(
     limits = ViewLimits(
         max_messages=max_messages, max_bytes=max_bytes, max_tokens=left(None), encoding=encoding
     )
-    if limits.counts_tokens:
+    bound = fixed_tokens(system, text, overhead, max_messages, encoding=None)
+    if limits.counts_tokens and bound > prompt // EXACT_FIXED_SHARE:
         limits = ViewLimits(
             max_messages=max_messages, max_bytes=max_bytes, max_tokens=left(encoding), encoding=encoding
         )

@@ -118,7 +118,15 @@ class ViewCache:
     ) -> None:
         """Remember ``view`` as the view of ``thread`` at its row's ``last_seq``; unless
         the cache is full and this thread's view was evicted recently (scan resistance)."""
-        entry = _Entry(thread.last_seq, thread.summary_seq, limits, view, summary, inherited, _usage(view))
+        entry = _Entry(
+            thread.last_seq,
+            thread.summary_seq,
+            limits,
+            view,
+            summary,
+            inherited,
+            _usage(view, limits.counts_tokens),
+        )
         thread_id = thread.id
         if thread_id in self._ghosts and thread_id not in self._entries and self._full(entry.cost):
             self._ghosts.move_to_end(thread_id)

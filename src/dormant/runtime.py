@@ -30,7 +30,7 @@ from types import TracebackType
 
 import msgspec
 
-from . import blobs, budget, compaction
+from . import blobs, budget, compaction, context
 from .agent import Agent
 from .blobs import ToolOutput
 from .config import Settings
@@ -443,8 +443,8 @@ class Runtime:
             raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
         limits = self.limits[agent.name]
         load = await self.store.load_slice(claim, limits)
-        # only limits that count tokens load a tokenizer (see ViewLimits.counts_tokens)
-        counter = self._counter(limits.encoding) if limits.counts_tokens else None
+        # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
+        counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
         summary = None
         if compaction.due(load, limits, self.settings.compaction_share):
             load, summary = await self._compact(load, agent, limits, counter)

@@ -61,6 +61,19 @@ def test_bench_scale_writes_its_outputs_and_says_whether_tokens_were_counted(
     assert (out / "rss.png").stat().st_size > 0
 
 
+def test_bench_scale_under_the_default_view_never_loads_the_tokenizer(tmp_path: Path) -> None:
+    """Issue 13: 256 KiB views could pass a 128k window's budget, so the limits count;
+    but no agent_scale view comes near it, so no count is ever needed."""
+    out = tmp_path / "scale"
+    args = ["bench", "scale", "--store", "sqlite", "--agents", "8", "--turns", "20", "--wave", "8"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completions"] == 8 * 20 * 2
+    assert summary["counts_tokens"] is True, "the byte cap alone does not prove the fit"
+    assert summary["tokenizer_loaded"] is False
+
+
 def test_bench_scale_on_postgres_reports_the_database_bytes_of_its_tables(
     tmp_path: Path, pg: PgServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -294,3 +294,26 @@ def test_a_request_filled_to_the_last_token_of_its_budget_fits_once_framed() -> 
     # to the token: all the prompt budget (window less output less the 2 % margin) but
     # the framing kept for a summary, which this thread does not have
     assert server_count(final) == int((window - max_output) * 0.98) - OPENAI_CHAT.summary
+
+
+def test_messages_are_counted_as_written_once_bytes_no_longer_prove_the_fit() -> None:
+    """A young thread's views are proven by their bytes (nothing counted); once a view's
+    byte bound passes the budget, what the thread writes is counted, exactly, and stored."""
+
+    async def scenario() -> tuple[Recorder, tuple[Message, ...], bool]:
+        recorder = Recorder()
+        async with Runtime("memory://", [_agent(recorder, 4096, 512)], settings=_settings(False)) as rt:
+            for i in range(40):
+                recorder.planned.append(Round(text="ok"))
+                await rt.send("t", "alpha beta gamma delta " * 25, key=f"s{i}")
+                await rt.run_until_idle(timeout=60)
+            history = (await rt.history("t", limit=1000)).items
+            return recorder, history, rt.limits["a"].counts_tokens
+
+    recorder, history, counts = asyncio.run(scenario())
+    check(recorder, 4096, 512)
+    assert counts
+    assert history[0].tokens == 0 and history[1].tokens == 0, "proven by bytes: not counted"
+    assert history[-1].tokens > 0 and history[-2].tokens > 0, "near the budget: counted as written"
+    for m in history:
+        assert m.tokens in (0, count_message(m.role, m.content, tool_calls=m.tool_calls, name=m.name))

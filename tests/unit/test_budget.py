@@ -48,11 +48,28 @@ def test_when_the_byte_cap_proves_the_fit_nothing_is_counted(monkeypatch: pytest
     assert limits.max_tokens == int(123_904 * 0.98) - fixed
 
 
-def test_when_the_byte_cap_could_pass_the_budget_the_constant_part_is_counted() -> None:
+def test_a_small_constant_part_is_bounded_by_its_bytes_even_when_views_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(budget, "count_text", _no_tokenizer)
     limits = budget.view_limits(window=128_000, max_output=4096, system=SYSTEM, schemas=SCHEMAS)
     assert limits.counts_tokens, "256 KiB of text can pass 120k tokens"
-    exact = 3 + 1 + count_text(SYSTEM) + count_text(budget.schemas_text(SCHEMAS)) + 3 + OPENAI_CHAT.summary
+    bound = 3 + 1 + len(SYSTEM) + len(budget.schemas_text(SCHEMAS)) + 3 + OPENAI_CHAT.summary
+    assert bound <= budget.prompt_tokens(128_000, 4096, 0.02) // budget.EXACT_FIXED_SHARE
+    assert limits.max_tokens == int(123_904 * 0.98) - bound
+
+
+def test_a_large_constant_part_is_counted_when_views_count() -> None:
+    system = "Follow the house rules below, every one of them, in every reply. " * 100  # 6.6 KB
+    limits = budget.view_limits(window=128_000, max_output=4096, system=system, schemas=SCHEMAS)
+    assert limits.counts_tokens
+    exact = 3 + 1 + count_text(system) + count_text(budget.schemas_text(SCHEMAS)) + 3 + OPENAI_CHAT.summary
     assert limits.max_tokens == int(123_904 * 0.98) - exact
+    # not so under limits whose byte cap proves every view fits: the bound is enough there
+    capped = budget.view_limits(
+        window=128_000, max_output=4096, system=system, schemas=SCHEMAS, max_bytes=16 * 1024
+    )
+    assert not capped.counts_tokens and capped.max_tokens < limits.max_tokens
 
 
 def test_a_view_token_cap_caps_what_the_window_leaves() -> None:

@@ -30,6 +30,7 @@ SHOWN = (
     "db_bytes_per_agent",
     "raw_bytes_per_agent",
     "counts_tokens",
+    "tokenizer_loaded",
     "slice_p50_ms",
     "slice_p95_ms",
     "slice_p99_ms",

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import tokens
 from ..agent import Agent
 from ..config import Settings
 from ..models.scripted import ScriptedModel, tool_round_trip
@@ -157,6 +158,8 @@ class ScaleResult:
     #: whether the agent's limits count tokens (ViewLimits.counts_tokens), and its token budget
     counts_tokens: bool = False
     view_tokens: int = 0
+    #: whether any view needed an exact count, so the tokenizer (~43 MB) was loaded
+    tokenizer_loaded: bool = False
     turn_latency_ms: list[float] = field(default_factory=list)
     waves: list[WaveRow] = field(default_factory=list)
 
@@ -275,6 +278,7 @@ async def run_scale(
         store_commits=commits,
         counts_tokens=limits.counts_tokens,
         view_tokens=limits.max_tokens,
+        tokenizer_loaded=tokens.encoding.cache_info().currsize > 0,
         turn_latency_ms=[round(statistics.fmean(turn_times[t]) * 1000, 2) for t in sorted(turn_times)],
         waves=rows,
     )
