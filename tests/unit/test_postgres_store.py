@@ -21,8 +21,8 @@ from dormant.errors import (
 )
 from dormant.store import open_store, store_options
 from dormant.store.postgres import PostgresStore
-from dormant.store.postgres_embedded import with_schema
-from dormant.store.postgres_sql import translate
+from dormant.store.postgres.driver import translate
+from dormant.store.postgres.embedded import with_schema
 
 
 @pytest.mark.parametrize("url", ["postgresql://u@h/db", "postgres://u:p@h:5433/db?sslmode=require"])

@@ -1,42 +1,32 @@
 """The PostgreSQL backend: many worker processes (on many hosts) share one database.
 
-Writes never run on the caller's task: each write is a *job* (one statement, mostly a
-call of a ``dormant_*`` function from ``postgres_schema.sql``) queued to this
-process's writer. The writer sends a whole batch of jobs as one pipelined
-transaction: ``BEGIN``, a statement that locks the batch's thread rows in id order,
-the jobs, an optional ``NOTIFY``, ``COMMIT`` and one sync: one round trip and one WAL
-flush for many slices. Callers are answered only after that ``COMMIT``. If a job
-fails, the server skips the rest of the pipeline (``COMMIT`` included), the batch is
-rolled back and re-run with one savepoint per job, so a failing job takes only its
-own changes with it. Deadlocks and serialization failures re-run the whole batch.
-The queue is bounded in jobs and bytes; past the bound callers get ``Overloaded``.
-
-Claims use ``FOR NO KEY UPDATE SKIP LOCKED`` and leases with expiry, so any number of
-processes claim from the same tables. ``LISTEN``/``NOTIFY`` is only a wake-up hint,
-on a dedicated connection (never a pooled one); the claim query is the truth. Reads
-run on a small connection pool.
+Writes go through the group-committing :class:`~.writer.Writer` (one pipelined
+transaction per batch, callers answered after COMMIT). Claims use
+``FOR NO KEY UPDATE SKIP LOCKED`` and leases with expiry, so any number of processes
+claim from the same tables. ``LISTEN``/``NOTIFY`` is only a wake-up hint, on a
+dedicated connection (never a pooled one); the claim query is the truth. Reads run on
+a small connection pool; blobs and thread deletion in :mod:`.blobs`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
-from importlib import resources
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .. import inbox
-from ..cache import ViewCache
-from ..errors import DormantError, NotFound, SchemaError, StoreError, UsageError
-from ..records import (
+from ... import inbox
+from ...cache import ViewCache
+from ...errors import DormantError, NotFound, StoreError, UsageError
+from ...records import (
     Admission,
+    BlobRef,
     Claim,
     CommitPlan,
     Input,
@@ -50,38 +40,20 @@ from ..records import (
     Thread,
     ViewLimits,
 )
-from . import postgres_sql as q
-from .base import clamp_limit, seq_cursor
-from .batching import BatchQueue
-from .postgres_blobs import PostgresBlobs
-from .rows import (
-    MESSAGE_COLS,
-    OUTBOX_COLS,
-    THREAD_COLS,
-    THREAD_WIDTH,
-    row_entry,
-    row_input,
-    row_message,
-    row_thread,
-)
+from ..base import clamp_limit, seq_cursor
+from ..rows import THREAD_WIDTH, row_entry, row_input, row_message, row_thread
+from . import sql
+from .blobs import PostgresBlobs
+from .driver import Conn, Rows, encode, translate
+from .schema import SCHEMA_VERSION, migrate
+from .view import load_view
+from .writer import CHANNELS, NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits
 
 log = logging.getLogger("dormant.store.postgres")
 
-Conn = q.Conn
-Rows = q.Rows
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
-SCHEMA_VERSION = 2
-#: Ordered migrations: (version reached, SQL). A new database runs the schema file.
-MIGRATIONS: list[tuple[int, str]] = [
-    # token counts, compaction summaries, blobs (issue 4); the commit function as of v2
-    (2, resources.files(__package__).joinpath("postgres_migrations/v2.sql").read_text()),
-]
-
-#: Notification channels: ready input (wake schedulers), new outbox entries (dispatchers).
-CHANNELS = {"threads": "dormant_threads", "outbox": "dormant_outbox"}
-_THREADS, _OUTBOX = q.NOTIFY_THREADS, q.NOTIFY_OUTBOX
-#: Times a batch is re-run after a deadlock or serialization failure before it fails.
-BATCH_RETRIES = 5
+_THREADS, _OUTBOX = NOTIFY_THREADS, NOTIFY_OUTBOX
 
 
 def _none(rows: Rows, count: int) -> None:
@@ -99,8 +71,8 @@ def _check_url(url: str) -> None:
         raise UsageError(f"not a PostgreSQL URL: {url!r} (expected postgresql://user@host/db)")
 
 
-class PostgresStore(PostgresBlobs):
-    """The scale-out store. See the module docstring for the write path.
+class PostgresStore:
+    """The scale-out store. See the module docstring.
 
     ``pool_size`` bounds the read connections of this process; the writer holds one
     more connection, and so does the listener (started by the first :meth:`subscribe`).
@@ -129,23 +101,37 @@ class PostgresStore(PostgresBlobs):
         self.pool_size = pool_size
         self.views = ViewCache(view_cache_bytes)
         self.max_input_bytes = max_input_bytes
-        self.batch_jobs = batch_jobs
-        self.batch_bytes = batch_bytes
-        self.queue_jobs = queue_jobs
-        self.queue_bytes = queue_bytes
+        self.limits = WriterLimits(batch_jobs, batch_bytes, queue_jobs, queue_bytes)
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.listen = listen
         self.clock = clock
-        self.commits = 0  # transactions committed by the writer (for benchmarks)
-        self.retries = 0  # batches re-run after a deadlock or serialization failure
+        self.blobs = PostgresBlobs(self._reads, clock, lock_timeout_s)
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
-        self._conn: Conn | None = None
-        self._task: BatchQueue[q.Job] | None = None  # the writer; None while closed
+        self._writer: Writer | None = None  # None while closed
         self._listener: asyncio.Task[None] | None = None
         self._subscribers: list[Callable[[str], None]] = []
-        self._closing = False
+        self._commits = self._retries = 0  # of writers closed before
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed by the writer (for benchmarks)."""
+        return self._commits + (self._writer.commits if self._writer is not None else 0)
+
+    @property
+    def retries(self) -> int:
+        """Batches re-run after a deadlock or serialization failure."""
+        return self._retries + (self._writer.retries if self._writer is not None else 0)
+
+    @property
+    def blob_read_bytes(self) -> int:
+        """Bytes :meth:`read_blob` returned (for benchmarks)."""
+        return self.blobs.blob_read_bytes
+
+    @blob_read_bytes.setter
+    def blob_read_bytes(self, value: int) -> None:
+        self.blobs.blob_read_bytes = value
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -158,18 +144,18 @@ class PostgresStore(PostgresBlobs):
                 application_name="dormant",
             )
             # a worker that hangs inside a transaction must not stall the others for ever
-            await conn.execute(f"SET lock_timeout = {int(self.lock_timeout_s * 1000)}")
+            await conn.execute(sql.SET_LOCK_TIMEOUT.format(ms=int(self.lock_timeout_s * 1000)).encode())
             return conn
         except psycopg.Error as exc:
-            raise q.translate(exc) from exc
+            raise translate(exc) from exc
 
     async def open(self) -> None:
         """Connect, create or migrate the schema, start the writer and the listener."""
-        if self._task is not None:
+        if self._writer is not None:
             return
         conn = await self._connect()
         try:
-            await self._migrate(conn)
+            await migrate(conn, self.url)
             pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
                 self.url,
                 min_size=1,
@@ -188,74 +174,25 @@ class PostgresStore(PostgresBlobs):
             await conn.close()
             raise
         self._pool = pool
-        self._conn = conn
-        self._closing = False
-        self._task = BatchQueue(
-            self._apply,
-            name="dormant-pg-writer",
-            batch_jobs=self.batch_jobs,
-            batch_bytes=self.batch_bytes,
-            queue_jobs=self.queue_jobs,
-            queue_bytes=self.queue_bytes,
-        )
+        self._writer = Writer(conn, self._connect, self._instance, self.limits)
         self._start_listener()
-        await self.sweep_blobs()  # what puts that never finished left more than an hour ago
+        await self.blobs.sweep_blobs()  # what puts that never finished left more than an hour ago
 
     def _start_listener(self) -> None:
         """Listen (one more connection) only when someone wants the hints: a runtime
         does, a one-shot command (``dormant status``) does not."""
-        if self.listen and self._subscribers and self._task is not None and self._listener is None:
+        if self.listen and self._subscribers and self._writer is not None and self._listener is None:
             self._listener = asyncio.create_task(self._listen_loop(), name="dormant-pg-listener")
-
-    async def _migrate(self, conn: Conn) -> None:
-        try:
-            schema = (await (await conn.execute("SELECT current_schema()")).fetchone() or (None,))[0]
-            if schema is None:
-                raise UsageError(
-                    f"no schema of the search_path of {self.url!r} exists; create it first "
-                    "(CREATE SCHEMA ...) or fix the options=-csearch_path=... of the URL"
-                )
-            async with conn.transaction():
-                # several processes may open a new database at once: one creates it
-                await conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext('dormant-schema:' || %s::text))", (schema,)
-                )
-                found = await conn.execute(
-                    "SELECT to_regclass(format('%I.schema_version', current_schema()))"
-                )
-                exists = (await found.fetchone() or (None,))[0] is not None
-                if not exists:
-                    text = resources.files(__package__).joinpath("postgres_schema.sql").read_text()
-                    await conn.execute(text.encode())
-                    await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
-                    return
-                row = await (await conn.execute("SELECT version FROM schema_version")).fetchone()
-                version = int(row[0]) if row else 0
-                if version > SCHEMA_VERSION:
-                    raise SchemaError(
-                        f"database schema version {version} is newer than this dormant "
-                        f"({SCHEMA_VERSION}); upgrade dormant to open {schema!r}"
-                    )
-                for target, sql in MIGRATIONS:
-                    if target > version:
-                        await conn.execute(sql.encode())
-                        await conn.execute("UPDATE schema_version SET version = %s", (target,))
-                        version = target
-                if version != SCHEMA_VERSION:
-                    raise SchemaError(
-                        f"database schema version {version} of {schema!r} has no migration "
-                        f"to version {SCHEMA_VERSION}"
-                    )
-        except psycopg.Error as exc:
-            raise q.translate(exc) from exc
 
     async def close(self) -> None:
         """Let queued writes finish, stop the writer and listener, close connections."""
-        if self._task is None:
+        if self._writer is None:
             return
-        self._closing = True
-        await self._task.close()
-        self._task = None
+        writer = self._writer
+        await writer.close()
+        self._writer = None
+        self._commits += writer.commits
+        self._retries += writer.retries
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
@@ -263,9 +200,6 @@ class PostgresStore(PostgresBlobs):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
 
     def subscribe(self, callback: Callable[[str], None]) -> None:
         """Call ``callback("threads")`` / ``callback("outbox")`` when another process
@@ -282,7 +216,7 @@ class PostgresStore(PostgresBlobs):
             try:
                 conn = await self._connect()
                 for channel in CHANNELS.values():
-                    await conn.execute(f"LISTEN {channel}")
+                    await conn.execute(sql.LISTEN.format(channel=channel).encode())
                 delay = 0.5
                 async for note in conn.notifies():
                     if note.payload == self._instance:
@@ -297,153 +231,31 @@ class PostgresStore(PostgresBlobs):
             await asyncio.sleep(delay)
             delay = min(30.0, delay * 2)
 
-    # -- the writer ------------------------------------------------------------------
+    # -- writes and reads ------------------------------------------------------------
 
-    async def _write(self, job: q.Job, size: int = 256) -> Any:
-        if self._task is None or self._closing:
+    async def _write(self, job: Job, size: int = 256) -> Any:
+        if self._writer is None:
             raise StoreError("the store is not open")
-        return await self._task.submit(job, size)
-
-    async def _writer(self) -> Conn:
-        """The writer's connection, reconnected if the last one broke."""
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            if self._conn is not None:
-                await self._conn.close()
-            self._conn = None
-            self._conn = await self._connect()
-        return self._conn
-
-    async def _apply(self, jobs: list[q.Job]) -> list[tuple[bool, Any]]:
-        """Run ``jobs`` in one transaction; re-run it after a deadlock."""
-        for attempt in range(BATCH_RETRIES + 1):
-            try:
-                conn = await self._writer()
-            except DormantError as exc:
-                return [(False, exc)] * len(jobs)
-            try:
-                return await self._fast(conn, jobs)
-            except (psycopg.Error, DormantError) as exc:
-                if conn.broken or conn.closed:
-                    # COMMIT may or may not have reached the server: say so, never guess
-                    err = StoreError(
-                        f"lost the connection to PostgreSQL during a commit ({exc}); "
-                        "the outcome is unknown: retry (admissions are deduplicated)"
-                    )
-                    err.__cause__ = exc
-                    return [(False, err)] * len(jobs)
-                await self._rollback(conn)
-                if q.sqlstate(exc) in q.RETRYABLE and attempt < BATCH_RETRIES:
-                    self.retries += 1
-                    await asyncio.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
-                    continue
-                if len(jobs) == 1 and q.sqlstate(exc) not in q.RETRYABLE:
-                    return [(False, q.translate(exc))]
-                try:
-                    return await self._careful(conn, jobs)
-                except psycopg.Error as exc2:
-                    await self._rollback(conn)
-                    return [(False, q.translate(exc2))] * len(jobs)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    @staticmethod
-    async def _rollback(conn: Conn) -> None:
-        if conn.closed or conn.broken:
-            return
-        try:
-            await conn.execute("ROLLBACK")
-        except psycopg.Error:
-            await conn.close()  # reconnected by the next batch
-
-    @staticmethod
-    def _lock_params(jobs: Sequence[q.Job]) -> tuple[list[str], list[int]] | None:
-        threads = sorted({t for job in jobs for t in job.threads})
-        entries = sorted({e for job in jobs for e in job.entries})
-        return (threads, entries) if threads or entries else None
-
-    def _notify_sql(self, jobs: Sequence[q.Job]) -> str | None:
-        flags = 0
-        for job in jobs:
-            flags |= job.notify
-        calls = [
-            f"pg_notify('{CHANNELS[name]}', '{self._instance}')"
-            for name, flag in (("threads", _THREADS), ("outbox", _OUTBOX))
-            if flags & flag
-        ]
-        return f"SELECT {', '.join(calls)}" if calls else None
-
-    async def _fast(self, conn: Conn, jobs: list[q.Job]) -> list[tuple[bool, Any]]:
-        """All jobs in one pipelined transaction; raises if any of them fails."""
-        locks = self._lock_params(jobs)
-        notify = self._notify_sql(jobs)
-        async with conn.pipeline() as pipeline:
-            await conn.execute("BEGIN")
-            if locks is not None:
-                await conn.execute(q.LOCK_THREADS, locks)
-            cursors = [await conn.execute(job.sql, job.params) for job in jobs]
-            if notify is not None:
-                await conn.execute(notify)
-            await conn.execute("COMMIT")
-            await pipeline.sync()
-        self.commits += 1
-        results: list[tuple[bool, Any]] = []
-        for job, cursor in zip(jobs, cursors, strict=True):
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            try:
-                results.append((True, job.decode(rows, cursor.rowcount)))
-            except DormantError as exc:  # the job changed nothing (see _Job.decode)
-                results.append((False, exc))
-        return results
-
-    async def _careful(self, conn: Conn, jobs: list[q.Job]) -> list[tuple[bool, Any]]:
-        """All jobs in one transaction, one savepoint each: a failing job fails alone."""
-        await conn.execute("BEGIN")
-        locks = self._lock_params(jobs)
-        if locks is not None:
-            await conn.execute(q.LOCK_THREADS, locks)
-        results: list[tuple[bool, Any]] = []
-        done: list[q.Job] = []
-        for job in jobs:
-            await conn.execute("SAVEPOINT job")
-            try:
-                cursor = await conn.execute(job.sql, job.params)
-                rows = await cursor.fetchall() if cursor.description is not None else []
-                value = job.decode(rows, cursor.rowcount)
-            except (psycopg.Error, DormantError) as exc:
-                if conn.broken or conn.closed:
-                    raise
-                await conn.execute("ROLLBACK TO SAVEPOINT job")
-                results.append((False, q.translate(exc)))
-            else:
-                await conn.execute("RELEASE SAVEPOINT job")
-                results.append((True, value))
-                done.append(job)
-        notify = self._notify_sql(done)
-        if notify is not None:
-            await conn.execute(notify)
-        await conn.execute("COMMIT")
-        self.commits += 1
-        return results
-
-    # -- reads -----------------------------------------------------------------------
+        return await self._writer.submit(job, size)
 
     def _reads(self) -> AsyncConnectionPool[Conn]:
         if self._pool is None:
             raise StoreError("the store is not open")
         return self._pool
 
-    async def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Rows:
+    async def _rows(self, statement: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Rows:
         try:
             async with self._reads().connection() as conn:
-                return await (await conn.execute(sql, params)).fetchall()
+                return await (await conn.execute(statement, params)).fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
-            raise q.translate(exc) from exc
+            raise translate(exc) from exc
 
     # -- threads ---------------------------------------------------------------------
 
     async def create_thread(self, thread_id: str, agent: str) -> Thread:
         """Create a thread if missing; return the stored row."""
-        job = q.Job(
-            q.CREATE_THREAD,
+        job = Job(
+            sql.CREATE_THREAD,
             (thread_id, agent, self.clock()),
             lambda rows, _: row_thread(rows[0]),
             threads=(thread_id,),
@@ -453,7 +265,7 @@ class PostgresStore(PostgresBlobs):
 
     async def get_thread(self, thread_id: str) -> Thread:
         """The thread's row; NotFound if missing."""
-        rows = await self._rows(f"SELECT {THREAD_COLS} FROM threads WHERE id = %s", (thread_id,))
+        rows = await self._rows(sql.GET_THREAD, (thread_id,))
         if not rows:
             raise NotFound(f"no thread {thread_id!r}")
         return row_thread(rows[0])
@@ -466,8 +278,8 @@ class PostgresStore(PostgresBlobs):
                 raise NotFound(f"no thread {thread_id!r}")
             return row_thread(rows[0])
 
-        job = q.Job(
-            q.RETRY_THREAD,
+        job = Job(
+            sql.RETRY_THREAD,
             {"id": thread_id, "now": self.clock()},
             decode,
             threads=(thread_id,),
@@ -492,9 +304,9 @@ class PostgresStore(PostgresBlobs):
                 for r, i in zip(rows, items, strict=True)
             ]
 
-        job = q.Job(
-            q.ADMIT,
-            (q.encode(items), keys, now),
+        job = Job(
+            sql.ADMIT,
+            (encode(items), keys, now),
             decode,
             threads=[item.thread_id for item in items],
             notify=_THREADS,
@@ -518,7 +330,7 @@ class PostgresStore(PostgresBlobs):
             ordered = sorted(rows, key=lambda r: (r[1], r[0]))
             return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[2]) for r in ordered]
 
-        result: list[Claim] = await self._write(q.Job(q.CLAIM_THREADS, params, decode))
+        result: list[Claim] = await self._write(Job(sql.CLAIM_THREADS, params, decode))
         return result
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
@@ -526,7 +338,7 @@ class PostgresStore(PostgresBlobs):
         try:
             async with self._reads().connection() as conn:
                 cursor = await conn.execute(
-                    q.LOAD_SLICE, {"id": claim.thread_id, "now": self.clock(), "limit": limits.max_inputs}
+                    sql.LOAD_SLICE, {"id": claim.thread_id, "now": self.clock(), "limit": limits.max_inputs}
                 )
                 rows = await cursor.fetchall()
                 if not rows:
@@ -543,12 +355,12 @@ class PostgresStore(PostgresBlobs):
                     inputs.append(row_input(row[THREAD_WIDTH:]))
                 cached = self.views.get(thread, limits)
                 if cached is None:
-                    view, summary, inherited = await q.load_view(conn, thread, limits)
+                    view, summary, inherited = await load_view(conn, thread, limits)
                     self.views.put(thread, limits, view, summary, inherited)
                 else:
                     view, summary, inherited = cached
         except (psycopg.Error, PoolTimeout) as exc:
-            raise q.translate(exc) from exc
+            raise translate(exc) from exc
         return SliceLoad(thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited)
 
     async def commit_slice(self, plan: CommitPlan) -> None:
@@ -559,9 +371,9 @@ class PostgresStore(PostgresBlobs):
         inbox.validate(plan.admissions, self.max_input_bytes)
         now = self.clock()
         keys = [inbox.sort_key(item, now) for item in plan.admissions]
-        params = (q.encode(plan), keys, now)
-        job = q.Job(
-            q.COMMIT_SLICE,
+        params = (encode(plan), keys, now)
+        job = Job(
+            sql.COMMIT_SLICE,
             params,
             _none,
             threads=[plan.thread_id, *(a.thread_id for a in plan.admissions)],
@@ -590,7 +402,7 @@ class PostgresStore(PostgresBlobs):
             "id": claim.thread_id,
             "token": claim.token,
         }
-        await self._write(q.Job(q.RELEASE, params, _none, threads=(claim.thread_id,)))
+        await self._write(Job(sql.RELEASE, params, _none, threads=(claim.thread_id,)))
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend held leases; return the renewed claims."""
@@ -603,7 +415,7 @@ class PostgresStore(PostgresBlobs):
             return [msgspec.structs.replace(c, expires_at=expires) for c in claims if c.thread_id in held]
 
         ids = [c.thread_id for c in claims]
-        job = q.Job(q.RENEW_LEASES, (expires, ids, [c.token for c in claims]), decode, threads=ids)
+        job = Job(sql.RENEW_LEASES, (expires, ids, [c.token for c in claims]), decode, threads=ids)
         result: list[Claim] = await self._write(job)
         return result
 
@@ -625,7 +437,7 @@ class PostgresStore(PostgresBlobs):
         def decode(rows: Rows, count: int) -> list[OutboxEntry]:
             return sorted((row_entry(r) for r in rows), key=lambda e: e.id)
 
-        result: list[OutboxEntry] = await self._write(q.Job(q.CLAIM_OUTBOX, params, decode))
+        result: list[OutboxEntry] = await self._write(Job(sql.CLAIM_OUTBOX, params, decode))
         return result
 
     async def complete_call(
@@ -643,8 +455,8 @@ class PostgresStore(PostgresBlobs):
                 input_id=rows[0][0], thread_id=thread_id, dedup_key=call_id, duplicate=rows[0][1]
             )
 
-        job = q.Job(
-            q.COMPLETE_CALL,
+        job = Job(
+            sql.COMPLETE_CALL,
             (thread_id, call_id, content, is_error, now, inbox.sort_key(item, now)),
             decode,
             threads=(thread_id,),
@@ -661,9 +473,9 @@ class PostgresStore(PostgresBlobs):
         if not outcomes:
             return []
         now = self.clock()
-        params = (q.encode(outcomes), now, _result_key(now))
-        job = q.Job(
-            q.FINISH_OUTBOX,
+        params = (encode(outcomes), now, _result_key(now))
+        job = Job(
+            sql.FINISH_OUTBOX,
             params,
             lambda rows, _: [bool(r[0]) for r in rows],
             entries=[o.entry_id for o in outcomes],
@@ -686,25 +498,18 @@ class PostgresStore(PostgresBlobs):
         limit = clamp_limit(limit)
         if newest_first:
             after = seq_cursor(cursor, default=2**62)
-            sql = (
-                f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq < %s "
-                "ORDER BY seq DESC LIMIT %s"
-            )
+            statement = sql.HISTORY_NEWEST_FIRST
         else:
             after = seq_cursor(cursor, default=0)
-            sql = (
-                f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
-            )
+            statement = sql.HISTORY_OLDEST_FIRST
         try:
             async with self._reads().connection() as conn:
-                known = await (
-                    await conn.execute("SELECT 1 FROM threads WHERE id = %s", (thread_id,))
-                ).fetchone()
+                known = await (await conn.execute(sql.THREAD_EXISTS, (thread_id,))).fetchone()
                 if known is None:
                     raise NotFound(f"no thread {thread_id!r}")
-                rows = await (await conn.execute(sql, (thread_id, after, limit + 1))).fetchall()
+                rows = await (await conn.execute(statement, (thread_id, after, limit + 1))).fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
-            raise q.translate(exc) from exc
+            raise translate(exc) from exc
         items = tuple(row_message(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=str(items[-1].seq) if more and items else None)
@@ -712,10 +517,7 @@ class PostgresStore(PostgresBlobs):
     async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
         """One page of threads by id."""
         limit = clamp_limit(limit)
-        rows = await self._rows(
-            f"SELECT {THREAD_COLS} FROM threads WHERE id > %s ORDER BY id LIMIT %s",
-            (cursor or "", limit + 1),
-        )
+        rows = await self._rows(sql.LIST_THREADS, (cursor or "", limit + 1))
         items = tuple(row_thread(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=items[-1].id if more and items else None)
@@ -726,18 +528,14 @@ class PostgresStore(PostgresBlobs):
         """One page of outbox entries by id."""
         limit = clamp_limit(limit)
         after = seq_cursor(cursor, default=0)
-        rows = await self._rows(
-            f"SELECT {OUTBOX_COLS} FROM outbox "
-            "WHERE id > %s AND (%s::text IS NULL OR status = %s::text) ORDER BY id LIMIT %s",
-            (after, status, status, limit + 1),
-        )
+        rows = await self._rows(sql.LIST_OUTBOX, (after, status, status, limit + 1))
         items = tuple(row_entry(r) for r in rows[:limit])
         more = len(rows) > limit
         return Page(items=items, next_cursor=str(items[-1].id) if more and items else None)
 
     async def has_work(self) -> bool:
         """Ready input, a leased thread, or an open outbox entry."""
-        rows = await self._rows(q.HAS_WORK, {"now": self.clock()})
+        rows = await self._rows(sql.HAS_WORK, {"now": self.clock()})
         return bool(rows[0][0])
 
     async def status(self) -> StoreStatus:
@@ -747,23 +545,20 @@ class PostgresStore(PostgresBlobs):
             async with self._reads().connection() as conn:
                 async with conn.pipeline():
                     cursors = [
-                        await conn.execute("SELECT status, count(*) FROM threads GROUP BY status"),
-                        await conn.execute(
-                            "SELECT count(*) FROM threads WHERE ready_key IS NOT NULL AND ready_at <= %s",
-                            (now,),
-                        ),
-                        await conn.execute("SELECT count(*) FROM threads WHERE lease_token IS NOT NULL"),
-                        await conn.execute("SELECT priority, count(*) FROM inputs GROUP BY priority"),
-                        await conn.execute("SELECT status, count(*) FROM outbox GROUP BY status"),
-                        await conn.execute("SELECT count(*) FROM messages"),
-                        await conn.execute("SELECT version FROM schema_version"),
-                        await conn.execute(q.TABLE_BYTES),
+                        await conn.execute(sql.STATUS_THREADS),
+                        await conn.execute(sql.STATUS_READY, (now,)),
+                        await conn.execute(sql.STATUS_LEASED),
+                        await conn.execute(sql.STATUS_BACKLOG),
+                        await conn.execute(sql.STATUS_OUTBOX),
+                        await conn.execute(sql.STATUS_MESSAGES),
+                        await conn.execute(sql.SCHEMA_VERSION),
+                        await conn.execute(sql.TABLE_BYTES),
                     ]
                 by_status, ready, leased, backlog, outbox, messages, version, size = [
                     await c.fetchall() for c in cursors
                 ]
         except (psycopg.Error, PoolTimeout) as exc:
-            raise q.translate(exc) from exc
+            raise translate(exc) from exc
         counts = {str(s): int(n) for s, n in outbox}
         return StoreStatus(
             threads_by_status={str(s): int(n) for s, n in by_status},
@@ -777,3 +572,28 @@ class PostgresStore(PostgresBlobs):
             wal_bytes=0,
             schema_version=int(version[0][0]),
         )
+
+    # -- blobs and deletion (see .blobs) ---------------------------------------------
+
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+        """Store ``chunks`` as one blob (by content) that ``thread_id`` refers to."""
+        return await self.blobs.put_blob(thread_id, chunks)
+
+    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
+        """The blob ``ref`` if ``thread_id`` or an ancestor refers to it."""
+        return await self.blobs.get_blob(thread_id, ref)
+
+    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
+        """A byte range of a blob ``thread_id`` may see; only the chunks holding it are read."""
+        return await self.blobs.read_blob(thread_id, ref, offset, length)
+
+    async def sweep_blobs(self) -> int:
+        """Remove the chunks of blob writes that never finished (see PostgresBlobs)."""
+        return await self.blobs.sweep_blobs()
+
+    async def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread, its descendants, their rows and the blobs left unreferenced."""
+        tree = await self.blobs.delete_thread(thread_id)
+        for gone in tree:
+            self.views.discard(gone)
+        return len(tree)
