@@ -12,31 +12,36 @@ from dormant.errors import LeaseLost, StoreError
 from dormant.records import CommitPlan, NewInput
 from dormant.store.postgres import PostgresStore
 from tests.helpers import eventually
+from tests.pg import PgServer
 
 
 def user(thread_id: str, key: str) -> NewInput:
     return NewInput(thread_id=thread_id, kind="user", dedup_key=key, content=f"text {key}", agent="a")
 
 
-async def test_another_process_admitting_wakes_subscribers(pg_url: str) -> None:
+async def test_another_process_admitting_wakes_subscribers(pg: PgServer, pg_url: str) -> None:
     a, b = PostgresStore(pg_url, pool_size=1), PostgresStore(pg_url, pool_size=1)
+    elsewhere = PostgresStore(pg.fresh_url("elsewhere"), pool_size=1)  # same database, other schema
     await a.open()
     await b.open()
+    await elsewhere.open()
     heard: list[str] = []
-    a.subscribe(heard.append)
+    assert a.subscribe(heard.append)
     try:
         await asyncio.sleep(0.2)  # the listener connects in the background
         await a.admit([user("t1", "own")])
+        await elsewhere.admit([user("t9", "k1")])  # notified before b's: heard first if at all
         await b.admit([user("t2", "k1")])
 
         async def woken() -> bool:
             return "threads" in heard
 
         await eventually(woken, timeout=5)
-        assert heard.count("threads") == 1, "a store ignores its own hints"
+        assert heard.count("threads") == 1, "a store ignores its own hints and other schemas'"
     finally:
         await a.close()
         await b.close()
+        await elsewhere.close()
 
 
 async def test_a_failing_job_fails_alone_in_its_batch(pg_url: str) -> None:

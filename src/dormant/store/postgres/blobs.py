@@ -20,7 +20,7 @@ from collections.abc import AsyncIterable, Callable, Iterable
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...blobs import CHUNK_BYTES, TMP_PREFIX, Chunker, chunk_span, read_length, tmp_cutoff, tmp_ref
+from ...blobs import CHUNK_BYTES, TMP_PREFIX, Chunker, chunk_span, tmp_cutoff, tmp_ref
 from ...errors import InvalidInput, NotFound, StoreError, StoreLocked
 from ...records import BlobRef
 from . import sql
@@ -45,8 +45,6 @@ class PostgresBlobs:
         self._reads = reads
         self.clock = clock
         self.lock_timeout_s = lock_timeout_s
-        #: bytes read_blob returned (for benchmarks)
-        self.blob_read_bytes = 0
         self._blobs_swept_at = float("-inf")
 
     async def _begin(self, conn: Conn) -> None:
@@ -146,29 +144,33 @@ class PostgresBlobs:
         if row is None:
             raise NotFound(f"no thread {thread_id!r}")
 
-    async def _visible(self, conn: Conn, thread_id: str, ref: str) -> tuple[int, int]:
-        """(size, chunk size) of ``ref`` as ``thread_id`` sees it, else NotFound."""
+    async def _visible(self, conn: Conn, thread_id: str, ref: str) -> tuple[int, int] | None:
+        """(size, chunk size) of ``ref`` as ``thread_id`` sees it; None if not visible,
+        NotFound if the thread is missing."""
         row = await (await conn.execute(sql.VISIBLE_BLOB, {"thread": thread_id, "ref": ref})).fetchone()
         if row is None:
             await self._thread_exists(thread_id, conn)
-            raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
+            return None
         return int(row[0]), int(row[1])
 
-    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
-        """The blob ``ref`` if ``thread_id`` or an ancestor refers to it."""
+    async def blob_size(self, thread_id: str, ref: str) -> int | None:
+        """The size of ``ref`` if ``thread_id`` or an ancestor refers to it, else None."""
         try:
             async with self._reads().connection() as conn:
-                size, _ = await self._visible(conn, thread_id, ref)
+                found = await self._visible(conn, thread_id, ref)
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
-        return BlobRef(ref=ref, size=size)
+        return None if found is None else found[0]
 
-    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
-        """A byte range of a blob ``thread_id`` may see; only the chunks holding it are read."""
-        length = read_length(offset, length)
+    async def read_blob(self, thread_id: str, ref: str, offset: int, length: int) -> bytes | None:
+        """A byte range (validated by the caller) of a blob ``thread_id`` may see, None if
+        it may not; only the chunks holding the range are read."""
         try:
             async with self._reads().connection() as conn:
-                size, chunk_bytes = await self._visible(conn, thread_id, ref)
+                found = await self._visible(conn, thread_id, ref)
+                if found is None:
+                    return None
+                size, chunk_bytes = found
                 span = chunk_span(offset, length, size, chunk_bytes)
                 if not span:
                     return b""
@@ -183,14 +185,12 @@ class PostgresBlobs:
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
         if [r[0] for r in rows] != list(span):  # deleted between the two statements
-            raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
-        data = b"".join(bytes(r[1]) for r in rows)
-        self.blob_read_bytes += len(data)
-        return data
+            return None
+        return b"".join(bytes(r[1]) for r in rows)
 
     # -- deleting --------------------------------------------------------------------
 
-    async def delete_thread(self, thread_id: str) -> list[str]:
+    async def delete_threads(self, thread_id: str) -> list[str]:
         """Delete a thread, its descendants, their rows and the blobs left unreferenced;
         the ids of the threads deleted."""
         try:

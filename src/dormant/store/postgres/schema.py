@@ -1,47 +1,48 @@
-"""The PostgreSQL schema: ``schema.sql`` creates a new database, the numbered files of
-``migrations/`` (``NNNN_name.sql``, NNNN = the version reached) bring older ones to
-the same shape. The newest snapshot under ``tests/migration/schemas/postgres`` is
-``schema.sql``; a migration file never changes once released.
+"""The PostgreSQL schema through the one runner (:mod:`dormant.store.migrations`):
+``schema.sql`` creates a new database, ``migrations/NNNN_name.sql`` bring older ones
+to the same shape. This module only supplies the runner's three database calls and
+the lock that lets one of several processes opening a new database create it.
 """
 
 from __future__ import annotations
 
-import re
-from importlib import resources
-
 import psycopg
 
-from ...errors import SchemaError, UsageError
+from ...errors import UsageError
+from ..migrations import Schema, load_schema, migrate
 from . import sql
 from .driver import Conn, translate
 
-SCHEMA_VERSION = 2
-_NAME = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+#: This package's snapshot and numbered migrations.
+SCHEMA: Schema = load_schema(__package__)
+SCHEMA_VERSION = SCHEMA.version
 
 
-def schema_text() -> str:
-    """The SQL that creates a new database at :data:`SCHEMA_VERSION`."""
-    return resources.files(__package__).joinpath("schema.sql").read_text()
+class _Database:
+    """:class:`~dormant.store.migrations.MigrationDB` over a connection in a transaction."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    async def version(self) -> int | None:
+        found = await (await self.conn.execute(sql.SCHEMA_EXISTS)).fetchone()
+        if found is None or found[0] is None:
+            return None
+        row = await (await self.conn.execute(sql.SCHEMA_VERSION)).fetchone()
+        return int(row[0]) if row else 0
+
+    async def execute(self, script: str) -> None:
+        await self.conn.execute(script.encode())  # bytes: a script of several statements
+
+    async def set_version(self, version: int, *, new: bool) -> None:
+        await self.conn.execute(sql.SET_FIRST_VERSION if new else sql.SET_VERSION, (version,))
 
 
-def migrations() -> list[tuple[int, str]]:
-    """(version reached, SQL) of every file in ``migrations/``, in version order."""
-    found: list[tuple[int, str]] = []
-    for entry in resources.files(__package__).joinpath("migrations").iterdir():
-        match = _NAME.fullmatch(entry.name)
-        if match is None:
-            if entry.name.endswith(".sql"):
-                raise SchemaError(f"migration file {entry.name!r} is not named NNNN_name.sql")
-            continue
-        found.append((int(match.group(1)), entry.read_text()))
-    return sorted(found)
+async def migrate_schema(conn: Conn, url: str) -> str:
+    """Create or migrate the first schema of the search path of ``conn`` (autocommit);
+    returns the schema's name.
 
-
-async def migrate(conn: Conn, url: str) -> None:
-    """Create or migrate the schema of the first schema of the search path of ``conn``.
-
-    Several processes may open a new database at once: an advisory lock lets one
-    create it. A newer schema is refused with :class:`SchemaError`.
+    UsageError when that schema does not exist; SchemaError for a newer one.
     """
     try:
         schema = (await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone() or (None,))[0]
@@ -52,27 +53,7 @@ async def migrate(conn: Conn, url: str) -> None:
             )
         async with conn.transaction():
             await conn.execute(sql.SCHEMA_LOCK, (schema,))
-            found = await conn.execute(sql.SCHEMA_EXISTS)
-            if (await found.fetchone() or (None,))[0] is None:
-                await conn.execute(schema_text().encode())
-                await conn.execute(sql.SET_FIRST_VERSION, (SCHEMA_VERSION,))
-                return
-            row = await (await conn.execute(sql.SCHEMA_VERSION)).fetchone()
-            version = int(row[0]) if row else 0
-            if version > SCHEMA_VERSION:
-                raise SchemaError(
-                    f"database schema version {version} is newer than this dormant "
-                    f"({SCHEMA_VERSION}); upgrade dormant to open {schema!r}"
-                )
-            for target, text in migrations():
-                if version < target <= SCHEMA_VERSION:
-                    await conn.execute(text.encode())
-                    await conn.execute(sql.SET_VERSION, (target,))
-                    version = target
-            if version != SCHEMA_VERSION:
-                raise SchemaError(
-                    f"database schema version {version} of {schema!r} has no migration "
-                    f"to version {SCHEMA_VERSION}"
-                )
+            await migrate(_Database(conn), SCHEMA, where=repr(schema))
+        return str(schema)
     except psycopg.Error as exc:
         raise translate(exc) from exc

@@ -117,7 +117,7 @@ SET_FIRST_VERSION = "INSERT INTO schema_version (version) VALUES (%s)"
 SET_VERSION = "UPDATE schema_version SET version = %s"
 
 # -- connections and the writer -------------------------------------------------------
-LISTEN = "LISTEN {channel}"  # a channel name from store.CHANNELS, never user input
+LISTEN = "LISTEN {channel}"  # a name from writer.channels() ([a-z0-9_]), never user input
 NOTIFY = "pg_notify('{channel}', '{instance}')"  # joined into one SELECT per batch
 SET_LOCK_TIMEOUT = "SET lock_timeout = {ms:d}"
 SET_LOCAL_LOCK_TIMEOUT = "SET LOCAL lock_timeout = {ms:d}"

@@ -15,6 +15,7 @@ bytes; past the bound callers get ``Overloaded``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,16 @@ from .driver import RETRYABLE, Conn, Rows, sqlstate, translate
 
 #: Job.notify flags: ready input (wake schedulers), new outbox entries (wake dispatchers).
 NOTIFY_THREADS, NOTIFY_OUTBOX = 1, 2
-#: Notification channels by the name subscribers are called with.
-CHANNELS = {"threads": "dormant_threads", "outbox": "dormant_outbox"}
+
+
+def channels(schema: str) -> dict[str, str]:
+    """The notification channels of the store in ``schema``, by the name subscribers are
+    called with. Channels are database-wide, so their names carry a hash of the schema:
+    stores in other schemas of the same database do not wake each other."""
+    tag = hashlib.sha256(schema.encode()).hexdigest()[:12]
+    return {"threads": f"dormant_threads_{tag}", "outbox": f"dormant_outbox_{tag}"}
+
+
 _FLAGS = (("threads", NOTIFY_THREADS), ("outbox", NOTIFY_OUTBOX))
 #: Times a batch is re-run after a deadlock or serialization failure before it fails.
 BATCH_RETRIES = 5
@@ -64,12 +73,19 @@ class Writer:
     """The group-committing writer (see the module docstring) over its own connection.
 
     ``connect`` opens a connection (the writer reconnects after a broken one);
-    ``instance`` is the NOTIFY payload, so a process can ignore its own hints.
+    ``instance`` is the NOTIFY payload, so a process can ignore its own hints;
+    ``channel_names`` are the channels of :func:`channels`.
     """
 
     def __init__(
-        self, conn: Conn, connect: Callable[[], Awaitable[Conn]], instance: str, limits: WriterLimits
+        self,
+        conn: Conn,
+        connect: Callable[[], Awaitable[Conn]],
+        instance: str,
+        channel_names: Mapping[str, str],
+        limits: WriterLimits,
     ) -> None:
+        self._channels = dict(channel_names)
         self._conn: Conn | None = conn
         self._connect = connect
         self._instance = instance
@@ -160,7 +176,7 @@ class Writer:
         for job in jobs:
             flags |= job.notify
         calls = [
-            sql.NOTIFY.format(channel=CHANNELS[name], instance=self._instance)
+            sql.NOTIFY.format(channel=self._channels[name], instance=self._instance)
             for name, flag in _FLAGS
             if flags & flag
         ]
