@@ -17,7 +17,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -28,14 +28,11 @@ from ... import inbox
 from ...errors import DormantError, StoreError, UsageError
 from ...records import (
     Admission,
-    BlobRef,
     Claim,
     CommitPlan,
-    Message,
     NewInput,
     OutboxEntry,
     OutboxOutcome,
-    StoreStatus,
     Thread,
 )
 from ..backend import BackendDefaults
@@ -99,6 +96,18 @@ class PostgresBackend(BackendDefaults):
         self.clock = clock
         self.blobs = PostgresBlobs(self._reads, clock, lock_timeout_s)
         self.reads = PgReads(self._reads, clock)
+        # The pooled reads and the blob operations are those objects' own methods.
+        self.get_thread = self.reads.get_thread
+        self.history_rows = self.reads.history_rows
+        self.thread_rows = self.reads.thread_rows
+        self.outbox_rows = self.reads.outbox_rows
+        self.has_work = self.reads.has_work
+        self.status = self.reads.status
+        self.put_blob = self.blobs.put_blob
+        self.blob_size = self.blobs.blob_size
+        self.read_blob = self.blobs.read_blob
+        self.sweep_blobs = self.blobs.sweep_blobs
+        self.delete_threads = self.blobs.delete_threads
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._writer: Writer | None = None  # None while closed
@@ -252,10 +261,6 @@ class PostgresBackend(BackendDefaults):
         result: Thread = await self._write(job)
         return result
 
-    async def get_thread(self, thread_id: str) -> Thread | None:
-        """The thread's row, None if missing."""
-        return await self.reads.get_thread(thread_id)
-
     async def retry_thread(self, thread_id: str) -> Thread | None:
         """Reactivate a failed thread; the new row, None if missing."""
         job = Job(
@@ -267,10 +272,6 @@ class PostgresBackend(BackendDefaults):
         )
         result: Thread | None = await self._write(job)
         return result
-
-    async def delete_threads(self, thread_id: str) -> list[str]:
-        """Delete a thread, its descendants, their rows and the blobs left unreferenced."""
-        return await self.blobs.delete_threads(thread_id)
 
     # -- admission and slices --------------------------------------------------------
 
@@ -390,45 +391,3 @@ class PostgresBackend(BackendDefaults):
         )
         result: list[bool] = await self._write(job, sum(len(o.content) for o in outcomes) + 256)
         return result
-
-    # -- reads (see .reads) ----------------------------------------------------------
-
-    async def history_rows(
-        self, thread_id: str, after: int, limit: int, newest_first: bool
-    ) -> list[Message] | None:
-        """Messages of a thread after (before) seq ``after``; None if it is missing."""
-        return await self.reads.history_rows(thread_id, after, limit, newest_first)
-
-    async def thread_rows(self, after: str, limit: int) -> list[Thread]:
-        """Threads with id > ``after``, by id."""
-        return await self.reads.thread_rows(after, limit)
-
-    async def outbox_rows(self, status: str | None, after: int, limit: int) -> list[OutboxEntry]:
-        """Outbox entries (of ``status``) with id > ``after``, by id."""
-        return await self.reads.outbox_rows(status, after, limit)
-
-    async def has_work(self) -> bool:
-        """Ready input, a leased thread, or an open outbox entry."""
-        return await self.reads.has_work()
-
-    async def status(self) -> StoreStatus:
-        """Counts and sizes for ``dormant status``."""
-        return await self.reads.status()
-
-    # -- blobs (see .blobs) ----------------------------------------------------------
-
-    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
-        """Store ``chunks`` as one blob (by content) that ``thread_id`` refers to."""
-        return await self.blobs.put_blob(thread_id, chunks)
-
-    async def blob_size(self, thread_id: str, ref: str) -> int | None:
-        """Size of a blob ``thread_id`` may see, None if it may not."""
-        return await self.blobs.blob_size(thread_id, ref)
-
-    async def read_blob(self, thread_id: str, ref: str, offset: int, length: int) -> bytes | None:
-        """A byte range of a blob ``thread_id`` may see, None if it may not."""
-        return await self.blobs.read_blob(thread_id, ref, offset, length)
-
-    async def sweep_blobs(self) -> int:
-        """Remove the chunks of blob writes that never finished, over an hour ago."""
-        return await self.blobs.sweep_blobs()

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterable, Callable, Iterable
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...blobs import CHUNK_BYTES, TMP_PREFIX, Chunker, chunk_span, tmp_cutoff, tmp_ref
+from ...blobs import CHUNK_BYTES, TMP_PREFIX, chunk_span, spool, tmp_cutoff, tmp_ref
 from ...errors import InvalidInput, NotFound, StoreError, StoreLocked
 from ...records import BlobRef
 from . import sql
@@ -60,23 +60,18 @@ class PostgresBlobs:
         if now - self._blobs_swept_at >= SWEEP_EVERY_S:
             await self.sweep_blobs()
         tmp = tmp_ref(now)
-        chunker = Chunker()
         try:
-            async with contextlib.aclosing(chunker.batches(chunks)) as batches:
-                async for batch in batches:
-                    await self._insert_chunks([(tmp, idx, data) for idx, data in batch])
-                    batch.clear()  # written: let the chunks go before the next batch is cut
-            blob = chunker.blob
-            await self._finish_put(thread_id, tmp, blob, chunker.chunks)
+            blob, count = await spool(chunks, lambda batch: self._insert_chunks(tmp, batch))
+            await self._finish_put(thread_id, tmp, blob, count)
         except BaseException:
             await self._forget(tmp)
             raise
         return blob
 
-    async def _insert_chunks(self, rows: list[tuple[str, int, bytes]]) -> None:
+    async def _insert_chunks(self, tmp: str, batch: list[tuple[int, bytes]]) -> None:
         try:
             async with self._reads().connection() as conn, conn.transaction(), conn.cursor() as cursor:
-                await cursor.executemany(sql.INSERT_CHUNK, rows)
+                await cursor.executemany(sql.INSERT_CHUNK, [(tmp, idx, data) for idx, data in batch])
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
 

@@ -38,9 +38,10 @@ class PgSliceReader:
             raise translate(exc) from exc
         if not rows:
             return None
-        # the LEFT JOIN gives one row of NULL input columns when no input is ready
-        inputs = [row_input(row[THREAD_WIDTH:]) for row in rows if row[THREAD_WIDTH] is not None]
-        return row_thread(rows[0]), inputs
+        thread = row_thread(rows[0])
+        if rows[0][THREAD_WIDTH] is None:  # the LEFT JOIN found no ready input
+            return thread, []
+        return thread, [row_input(row[THREAD_WIDTH:]) for row in rows]
 
     async def newest_messages(self, thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
         """Messages ``min_seq < seq <= max_seq``, newest first, at most ``limit``."""
