@@ -8,8 +8,9 @@ from dormant.context import message_bytes, message_tokens
 from dormant.errors import DormantError, LeaseLost, NotFound, StoreError
 from dormant.inbox import AGING
 from dormant.records import CommitPlan, Message, NewThread, Priority, ToolCall, ViewLimits
-from dormant.store import sqlite as sqlite_store
 from dormant.store.base import Store
+from dormant.store.sqlite import SQLiteStore
+from dormant.store.sqlite import reader as sqlite_reader
 from tests.contract.support import (
     LEASE,
     call,
@@ -186,7 +187,7 @@ async def test_a_batch_load_parks_a_bounded_number_of_bytes(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # SQLite parks the rows of a claim batch; past its byte cap the rest load one by one
-    monkeypatch.setattr(sqlite_store, "PARKED_BYTES", 2 * (sqlite_store.ROW_OVERHEAD + 600))
+    monkeypatch.setattr(sqlite_reader, "PARKED_BYTES", 2 * (sqlite_reader.ROW_OVERHEAD + 600))
     tids = [f"p{n}" for n in range(5)]
     for tid in tids:
         await store.admit([user(tid, "k1", tid + " " + "x" * 600)])
@@ -194,8 +195,8 @@ async def test_a_batch_load_parks_a_bounded_number_of_bytes(
     for tid in reversed(tids):
         load = await store.load_slice(claims[tid], ViewLimits())
         assert load.thread.id == tid and [i.content[:3] for i in load.inputs] == [tid + " "]
-        if isinstance(store, sqlite_store.SQLiteStore):
-            assert len(store._loaded) <= 2
+        if isinstance(store, SQLiteStore):
+            assert len(store.backend._batches._loaded) <= 2
         await store.commit_slice(plan(claims[tid], load))
     assert await ready_ids(store) == []
 

@@ -237,7 +237,7 @@ async def run_scale(
             )
         elapsed = time.perf_counter() - started
         stats = rt.stats
-        commits = int(getattr(rt.store, "commits", 0))
+        commits = rt.store.commits
         limits = next(iter(rt.limits.values()))
     db = disk_bytes(workdir)
     lat = stats.slice_latency

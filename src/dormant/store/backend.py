@@ -237,6 +237,11 @@ class Backend(Protocol):
         thread is missing."""
         ...
 
+    async def sweep_blobs(self) -> int:
+        """Remove what blob writes that never finished left more than
+        :data:`dormant.blobs.TMP_TTL_S` ago; how many chunks went."""
+        ...
+
     # -- optional abilities (fallbacks in BackendDefaults) ---------------------------
 
     @property

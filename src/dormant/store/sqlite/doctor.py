@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import apsw
 import msgspec
 
-from .sqlite_sql import SCHEMA_VERSION, path_from_url
+from .connect import SCHEMA, path_from_url
 
 T = TypeVar("T")
 
@@ -34,7 +34,7 @@ class SQLiteFacts(msgspec.Struct, kw_only=True):
     integrity: list[str] = msgspec.field(default_factory=list)
     foreign_key_errors: int = 0
     schema_version: int | None = None
-    expected_version: int = SCHEMA_VERSION
+    expected_version: int = SCHEMA.version
     db_bytes: int = 0
     wal_bytes: int = 0
     page_size: int = 0
