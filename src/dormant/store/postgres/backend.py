@@ -41,6 +41,7 @@ from ..rows import row_entry, row_thread
 from . import sql
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, encode, translate
+from .heartbeat import DbClock, Heartbeat
 from .reads import PgReads, PgSliceReader
 from .schema import migrate_schema
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
@@ -82,7 +83,9 @@ class PostgresBackend(BackendDefaults):
         connect_timeout_s: float = 10.0,
         lock_timeout_s: float = 10.0,
         listen: bool = True,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
+        heartbeat_s: float = 1.0,
+        dead_after_s: float = 4.0,
     ) -> None:
         check_url(url)
         if pool_size < 1:
@@ -93,9 +96,13 @@ class PostgresBackend(BackendDefaults):
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.listen = listen
-        self.clock = clock
-        self.blobs = PostgresBlobs(self._reads, clock, lock_timeout_s)
-        self.reads = PgReads(self._reads, clock)
+        # the database's clock unless one is given (tests): see .heartbeat
+        self.db_clock = DbClock() if clock is None else None
+        self.clock: Callable[[], float] = clock or self.db_clock or time.time
+        self.dead_after_s = dead_after_s
+        self.heartbeat = Heartbeat(self._reads, self.db_clock, heartbeat_s)
+        self.blobs = PostgresBlobs(self._reads, self.clock, lock_timeout_s)
+        self.reads = PgReads(self._reads, self.clock)
         # The pooled reads and the blob operations are those objects' own methods.
         self.get_thread = self.reads.get_thread
         self.history_rows = self.reads.history_rows
@@ -149,6 +156,8 @@ class PostgresBackend(BackendDefaults):
         conn = await self._connect()
         try:
             self._channels = channels(await migrate_schema(conn, self.url))
+            if self.db_clock is not None:
+                await self.db_clock.sync(conn)
             pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
                 self.url,
                 min_size=1,
@@ -169,6 +178,7 @@ class PostgresBackend(BackendDefaults):
         self._pool = pool
         self._writer = Writer(conn, self._connect, self._instance, self._channels, self.limits)
         self._start_listener()
+        self.heartbeat.start()
         await self.blobs.sweep_blobs()  # what puts that never finished left more than an hour ago
 
     def _start_listener(self) -> None:
@@ -186,6 +196,7 @@ class PostgresBackend(BackendDefaults):
         self._writer = None
         self._commits += writer.commits
         self._retries += writer.retries
+        await self.heartbeat.stop()
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
@@ -248,6 +259,12 @@ class PostgresBackend(BackendDefaults):
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
 
+    async def _beats_for(self, worker: str) -> None:
+        """Heartbeat for ``worker`` (at once the first time: it has a row before it
+        holds a lease)."""
+        if self.heartbeat.add(worker):
+            await self.heartbeat.beat()
+
     # -- threads ---------------------------------------------------------------------
 
     async def create_thread(self, thread_id: str, agent: str) -> Thread:
@@ -298,10 +315,19 @@ class PostgresBackend(BackendDefaults):
         return result
 
     async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
-        """Lease up to ``limit`` ready threads, best key first (SKIP LOCKED)."""
+        """Lease up to ``limit`` ready threads, best key first (SKIP LOCKED), the leases
+        of dead workers included."""
+        await self._beats_for(worker)
         now = self.clock()
         expires = now + lease_s
-        params = {"now": now, "limit": limit, "token": token, "worker": worker, "expires": expires}
+        params = {
+            "now": now,
+            "limit": limit,
+            "token": token,
+            "worker": worker,
+            "expires": expires,
+            "dead": self.dead_after_s,
+        }
 
         def decode(rows: Rows, count: int) -> list[Claim]:
             ordered = sorted(rows, key=lambda r: (r[1], r[0]))
@@ -355,9 +381,20 @@ class PostgresBackend(BackendDefaults):
     # -- outbox ----------------------------------------------------------------------
 
     async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
-        """Reconcile expired running entries, then lease due pending ones."""
+        """Reconcile expired running entries (and those of dead workers), then lease due
+        pending ones."""
+        await self._beats_for(worker)
         now = self.clock()
-        params = (worker, limit, token, now, now + lease_s, _result_key(now), inbox.UNKNOWN_OUTCOME)
+        params = (
+            worker,
+            limit,
+            token,
+            now,
+            now + lease_s,
+            _result_key(now),
+            inbox.UNKNOWN_OUTCOME,
+            self.dead_after_s,
+        )
 
         def decode(rows: Rows, count: int) -> list[OutboxEntry]:
             return sorted((row_entry(r) for r in rows), key=lambda e: e.id)

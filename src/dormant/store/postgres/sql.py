@@ -16,18 +16,22 @@ COMMIT_SLICE = "SELECT dormant_commit_slice(%s::jsonb, %s::float8[], %s::float8)
 FINISH_OUTBOX = "SELECT held FROM dormant_finish_outbox(%s::jsonb, %s::float8, %s::float8) AS held"
 CLAIM_OUTBOX = (
     f"SELECT {OUTBOX_COLS} FROM dormant_claim_outbox(%s, %s::integer, %s, %s::float8, %s::float8, "
-    "%s::float8, %s)"
+    "%s::float8, %s, %s::float8)"
 )
 COMPLETE_CALL = (
     "SELECT r_input_id, r_duplicate FROM dormant_complete_call(%s, %s, %s, %s, %s::float8, %s::float8)"
 )
 CREATE_THREAD = f"SELECT {THREAD_COLS} FROM dormant_create_thread(%s, %s, %s::float8)"
-# Lease the best-keyed ready threads. Rows another transaction holds are skipped, not
-# waited for: that is what lets many workers claim from one table.
+# Lease the best-keyed ready threads whose lease expired or whose worker stopped
+# heartbeating %(dead)s seconds ago (by the database clock). Rows another transaction
+# holds are skipped, not waited for: that is what lets many workers claim from one table.
 CLAIM_THREADS = """
-WITH picked AS (
+WITH dead AS (
+    SELECT id FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(dead)s)
+), picked AS (
     SELECT id, ready_key FROM threads
-    WHERE ready_key IS NOT NULL AND ready_at <= %(now)s AND lease_expires <= %(now)s
+    WHERE ready_key IS NOT NULL AND ready_at <= %(now)s
+      AND (lease_expires <= %(now)s OR lease_owner IN (SELECT id FROM dead))
     ORDER BY ready_key
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -104,7 +108,7 @@ TABLE_BYTES = """
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
   AND c.relname IN ('threads', 'inputs', 'input_keys', 'messages', 'outbox', 'schema_version',
-                    'summaries', 'blobs', 'blob_chunks', 'blob_refs')
+                    'summaries', 'blobs', 'blob_chunks', 'blob_refs', 'workers')
 """
 
 # -- schema ---------------------------------------------------------------------------
@@ -115,6 +119,15 @@ SCHEMA_EXISTS = "SELECT to_regclass(format('%I.schema_version', current_schema()
 SCHEMA_VERSION = "SELECT version FROM schema_version"
 SET_FIRST_VERSION = "INSERT INTO schema_version (version) VALUES (%s)"
 SET_VERSION = "UPDATE schema_version SET version = %s"
+
+# -- the database clock and worker heartbeats (backend.DbClock, backend.Heartbeat) ------
+DB_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
+HEARTBEAT = """
+INSERT INTO workers AS w (id, host, pid, started_at, heartbeat_at)
+SELECT id, %s, %s, now(), now() FROM unnest(%s::text[]) AS ids (id)
+ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, heartbeat_at = now()
+"""
+FORGET_WORKERS = "DELETE FROM workers WHERE heartbeat_at < now() - interval '1 hour'"
 
 # -- connections and the writer -------------------------------------------------------
 LISTEN = "LISTEN {channel}"  # a name from writer.channels() ([a-z0-9_]), never user input
