@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import psycopg
 import pytest
 
-from dormant.errors import LeaseLost, StoreError
-from dormant.records import CommitPlan, NewInput
+from dormant.errors import InvalidInput, LeaseLost, StoreError
+from dormant.records import CommitPlan, Message, NewCall, NewInput, OutboxOutcome
 from dormant.store.postgres import PostgresStore
 from tests.helpers import eventually
 from tests.pg import PgServer
@@ -61,6 +62,52 @@ async def test_a_failing_job_fails_alone_in_its_batch(pg_url: str) -> None:
         assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
         assert {t.id for t in (await store.list_threads()).items} == {"t1", "t2", "t3"}
         await store.commit_slice(CommitPlan(thread_id="t1", token=claim.token, consumed=(), messages=()))
+    finally:
+        await store.close()
+
+
+async def test_a_nul_in_a_plan_is_refused_alone_and_changes_nothing(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    await store.open()
+    try:
+        await store.admit([user("t1", "k1")])
+        (claim,) = await store.claim_threads("w", 1, 30.0)
+        reply = Message(seq=1, role="assistant", content="a\x00b")  # jsonb cannot hold \u0000
+        bad = CommitPlan(thread_id="t1", token=claim.token, consumed=(), messages=(reply,))
+        results = await asyncio.gather(
+            store.admit([user("t2", "k1")]),
+            store.commit_slice(bad),
+            store.admit([user("t3", "k1")]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[1], InvalidInput) and "NUL" in str(results[1])
+        assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
+        assert (await store.get_thread("t1")).last_seq == 0
+        clean = msgspec.structs.replace(reply, content="a b")
+        await store.commit_slice(msgspec.structs.replace(bad, messages=(clean,)))  # the lease held
+        assert (await store.get_thread("t1")).last_seq == 1
+    finally:
+        await store.close()
+
+
+async def test_error_texts_with_nul_are_kept_with_the_nul_replaced(pg_url: str) -> None:
+    store = PostgresStore(pg_url, pool_size=1)
+    await store.open()
+    try:
+        await store.admit([user("t1", "k1")])
+        (claim,) = await store.claim_threads("w", 1, 30.0)
+        await store.release(claim, error="tool said \x00")  # diagnostics, not content
+        assert (await store.get_thread("t1")).error == "tool said \ufffd"
+        (claim,) = await store.claim_threads("w", 1, 30.0)
+        call = NewCall(call_id="c1", tool="f", arguments="{}")
+        await store.commit_slice(
+            CommitPlan(thread_id="t1", token=claim.token, consumed=(), messages=(), calls=(call,), awaiting=1)
+        )
+        (entry,) = await store.claim_outbox("w", 1, 30.0)
+        retry = OutboxOutcome(entry_id=entry.id, token=entry.token or "", kind="retry", error="\x00")
+        assert await store.finish_outbox([retry]) == [True]
+        (listed,) = (await store.list_outbox()).items
+        assert listed.last_error == "\ufffd"
     finally:
         await store.close()
 

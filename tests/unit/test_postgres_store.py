@@ -10,6 +10,7 @@ from psycopg_pool import PoolTimeout
 from dormant.config import Settings
 from dormant.errors import (
     DormantError,
+    InvalidInput,
     LeaseLost,
     NotFound,
     Overloaded,
@@ -52,7 +53,11 @@ def test_store_options_per_backend() -> None:
     assert pg["pool_size"] == 5 and "synchronous" not in pg
     lite = store_options("sqlite:///x.db", settings)
     assert lite["synchronous"] == "FULL" and "pool_size" not in lite
-    assert store_options("memory://", settings) == {"max_input_bytes": settings.max_input_bytes}
+    assert store_options("memory://", settings) == {  # memory:// is SQLite in memory
+        "max_input_bytes": settings.max_input_bytes,
+        "view_cache_bytes": settings.view_cache_bytes,
+        "synchronous": "FULL",
+    }
 
 
 def test_with_schema_sets_the_search_path_and_keeps_other_options() -> None:
@@ -85,6 +90,13 @@ def _error(cls: type[psycopg.Error], state: str = "", message: str = "boom") -> 
         (_error(psycopg.OperationalError), StoreError),
         (_error(psycopg.errors.UniqueViolation, "23505"), StoreError),
         (PoolTimeout("no connection"), Overloaded),
+        (_error(psycopg.errors.UntranslatableCharacter, "22P05"), InvalidInput),  # \u0000 in jsonb
+        (_error(psycopg.errors.CharacterNotInRepertoire, "22021"), InvalidInput),
+        (
+            _error(psycopg.DataError, message="PostgreSQL text fields cannot contain NUL (0x00) bytes"),
+            InvalidInput,
+        ),
+        (_error(psycopg.DataError, "22003", "numeric value out of range"), StoreError),
     ],
 )
 def test_driver_errors_become_dormant_errors(exc: Exception, expected: type[DormantError]) -> None:

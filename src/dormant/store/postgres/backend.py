@@ -40,7 +40,7 @@ from ..core import result_input
 from ..rows import row_entry, row_thread
 from . import sql
 from .blobs import PostgresBlobs
-from .driver import Conn, Rows, encode, translate
+from .driver import Conn, Rows, clean_text, encode, translate
 from .heartbeat import DbClock, Heartbeat
 from .reads import PgReads, PgSliceReader
 from .schema import migrate_schema
@@ -357,7 +357,7 @@ class PostgresBackend(BackendDefaults):
         params = {
             "retry_at": retry_at,
             "inc": 1 if error else 0,
-            "error": error,
+            "error": clean_text(error),
             "fail": fail,
             "now": self.clock(),
             "id": claim.thread_id,
@@ -421,7 +421,11 @@ class PostgresBackend(BackendDefaults):
         now = self.clock()
         job = Job(
             sql.FINISH_OUTBOX,
-            (encode(outcomes), now, _result_key(now)),
+            (
+                encode([msgspec.structs.replace(o, error=clean_text(o.error)) for o in outcomes]),
+                now,
+                _result_key(now),
+            ),
             lambda rows, _: [bool(r[0]) for r in rows],
             entries=[o.entry_id for o in outcomes],
             notify=NOTIFY_THREADS if any(o.kind != "retry" for o in outcomes) else 0,

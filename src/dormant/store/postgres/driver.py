@@ -12,6 +12,7 @@ from psycopg_pool import PoolTimeout, TooManyRequests
 
 from ...errors import (
     DormantError,
+    InvalidInput,
     LeaseLost,
     NotFound,
     Overloaded,
@@ -24,6 +25,8 @@ from ...errors import (
 Conn = psycopg.AsyncConnection[TupleRow]
 Rows = list[tuple[Any, ...]]
 
+#: SQLSTATEs of text the server cannot store (in jsonb: ``\u0000``; in text: 0x00).
+UNSTORABLE_TEXT = frozenset({"22P05", "22021"})
 #: SQLSTATEs after which the whole transaction can simply be run again.
 RETRYABLE = frozenset({"40001", "40P01", "55P03"})
 
@@ -33,6 +36,21 @@ _encode = msgspec.json.encode
 def encode(value: Any) -> str:
     """``value`` (records, lists of records) as the JSON text the dormant_* functions take."""
     return _encode(value).decode()
+
+
+def clean_text(text: str | None) -> str | None:
+    """A diagnostic text (an error message) PostgreSQL can store: NUL characters, which
+    no PostgreSQL text can hold, become U+FFFD. Never used on content: content with NUL
+    is refused (:class:`~dormant.errors.InvalidInput`)."""
+    return text.replace("\x00", "\ufffd") if text and "\x00" in text else text
+
+
+def _unstorable(exc: psycopg.Error, state: str) -> bool:
+    """Whether ``exc`` says a text holds what PostgreSQL cannot store (a NUL); psycopg
+    refuses a NUL in a text parameter itself, before sending, with no SQLSTATE."""
+    return state in UNSTORABLE_TEXT or (
+        isinstance(exc, psycopg.DataError) and not state and "NUL" in str(exc)
+    )
 
 
 def sqlstate(exc: BaseException) -> str:
@@ -56,7 +74,12 @@ def translate(exc: BaseException) -> BaseException:
         state = sqlstate(exc)
         diag = exc.diag.message_primary if exc.diag is not None else None
         text = diag or str(exc).strip() or type(exc).__name__
-        if state == "DM001":
+        if _unstorable(exc, state):
+            new = InvalidInput(
+                f"a text holds a NUL character (\\x00), which PostgreSQL cannot store ({text}); "
+                "remove it before it reaches the store"
+            )
+        elif state == "DM001":
             new = LeaseLost(text)
         elif state == "DM002":
             new = NotFound(text)
