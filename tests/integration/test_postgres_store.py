@@ -4,11 +4,13 @@ job fails, a writer whose connection is cut."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import msgspec
 import psycopg
 import pytest
 
+from dormant.bench.scale import load_waves, run_scale
 from dormant.errors import InvalidInput, LeaseLost, StoreError
 from dormant.records import CommitPlan, Message, NewCall, NewInput, OutboxOutcome
 from dormant.store.postgres import PostgresStore
@@ -159,3 +161,12 @@ async def test_reads_recover_after_pooled_connections_are_cut(pg_url: str, pool_
         assert thread.id == "t1"
     finally:
         await store.close()
+
+
+async def test_bench_scale_reports_the_bytes_postgres_stores(
+    pg: PgServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DORMANT_BENCH_PG_DSN", pg.url)  # the bench makes (and drops) its schema
+    result = await run_scale("postgres", agents=4, turns=1, wave=2, out=tmp_path / "scale", concurrency=4)
+    assert result.db_bytes > 0 and result.db_bytes_per_agent > 0
+    assert all(row.db_bytes > 0 for row in load_waves(tmp_path / "scale" / "waves.csv"))
