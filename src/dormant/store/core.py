@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
-from ..errors import NotFound, StoreError, UsageError
+from ..errors import InvalidInput, NotFound, StoreError, UsageError
 from ..records import (
     Admission,
     BlobRef,
@@ -58,6 +58,24 @@ def result_input(thread_id: str, call_id: str, tool: str | None, content: str, i
         tool_name=tool,
         is_error=is_error,
     )
+
+
+def validate(items: Sequence[NewInput], max_input_bytes: int) -> None:
+    """:func:`dormant.inbox.validate`, and no NUL character in any text of an input
+    (PostgreSQL cannot store one, so no backend accepts one); InvalidInput otherwise."""
+    inbox.validate(items, max_input_bytes)
+    for item in items:
+        texts = (
+            item.thread_id,
+            item.dedup_key,
+            item.content,
+            item.source,
+            item.call_id,
+            item.tool_name,
+            item.agent,
+        )
+        if any(text and "\x00" in text for text in texts):
+            raise InvalidInput(f"an input for thread {item.thread_id!r} contains a NUL character (\\x00)")
 
 
 def cut_inputs(inputs: list[Input], max_bytes: int) -> list[Input]:
@@ -174,7 +192,7 @@ class StoreCore:
 
     async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
         """Admit validated inputs durably, the batch in one transaction."""
-        inbox.validate(items, self.max_input_bytes)
+        validate(items, self.max_input_bytes)
         if not items:
             return []
         return await self.backend.admit(items)
@@ -204,7 +222,7 @@ class StoreCore:
     async def commit_slice(self, plan: CommitPlan) -> None:
         """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""
         check_plan(plan)
-        inbox.validate(plan.admissions, self.max_input_bytes)
+        validate(plan.admissions, self.max_input_bytes)
         try:
             await self.backend.apply_plan(plan)
         except BaseException:
@@ -235,7 +253,7 @@ class StoreCore:
     ) -> Admission:
         """Answer an open call from outside the dispatcher (first answer wins)."""
         item = result_input(thread_id, call_id, None, content, is_error)
-        inbox.validate([item], self.max_input_bytes)
+        validate([item], self.max_input_bytes)
         return await self.backend.complete_call(item)
 
     async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:

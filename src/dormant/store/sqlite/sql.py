@@ -285,3 +285,49 @@ WHERE b.ref = ?2 AND b.size >= 0
 CHUNK_ROWS = "SELECT id, idx FROM blob_chunks WHERE ref = ? AND idx >= ? AND idx < ? ORDER BY idx"
 SWEEP_TMP_CHUNKS = "DELETE FROM blob_chunks WHERE ref >= ? AND ref < ?"
 STALE_MARKERS = "SELECT ref FROM blobs WHERE size < 0 AND created_at < ?"
+
+
+# -- dormant doctor (read-only) -------------------------------------------------------
+
+DOCTOR_PROBE = "SELECT 1 FROM sqlite_master LIMIT 1"
+DOCTOR_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+DOCTOR_CHECK = "PRAGMA {}(20)"  # quick_check or integrity_check
+DOCTOR_FOREIGN_KEYS = "PRAGMA foreign_key_check"
+DOCTOR_PAGE_SIZE = "PRAGMA page_size"
+DOCTOR_PAGE_COUNT = "PRAGMA page_count"
+DOCTOR_FREELIST = "PRAGMA freelist_count"
+DOCTOR_VERSION = "SELECT max(version) FROM schema_version"
+DOCTOR_THREADS = "SELECT COUNT(*) FROM threads"
+DOCTOR_FAILED = "SELECT COUNT(*) FROM threads WHERE status = 'failed'"
+DOCTOR_FAILED_SAMPLE = (
+    "SELECT id, failures, error FROM threads WHERE status = 'failed' ORDER BY updated_at DESC LIMIT ?"
+)
+_EXPIRED = "lease_token IS NOT NULL AND lease_expires <= ?"
+DOCTOR_EXPIRED = f"SELECT COUNT(*) FROM threads WHERE {_EXPIRED}"
+DOCTOR_EXPIRED_SAMPLE = f"SELECT id, lease_owner FROM threads WHERE {_EXPIRED} ORDER BY lease_expires LIMIT ?"
+# ready_key is when the oldest ready input became claimable (plus at most a minute of
+# priority aging): older than ?1 and not leased means no worker took it
+DOCTOR_OVERDUE_THREADS = (
+    "SELECT COUNT(*) FROM threads WHERE ready_key IS NOT NULL AND ready_key <= ? AND lease_expires <= ?"
+)
+DOCTOR_EXPIRED_CALLS = "SELECT COUNT(*) FROM outbox WHERE status = 'running' AND lease_expires <= ?"
+DOCTOR_OVERDUE_CALLS = "SELECT COUNT(*) FROM outbox WHERE status = 'pending' AND available_at <= ?"
+# a dead-lettered or unknown call must have had its (error) result admitted to its
+# thread in the same transaction: its dedup key (the call id) is then known
+_UNDELIVERED = (
+    "FROM outbox o WHERE o.status IN ('dead', 'unknown') AND NOT EXISTS "
+    "(SELECT 1 FROM input_keys k WHERE k.thread_id = o.thread_id AND k.dedup_key = o.call_id)"
+)
+DOCTOR_UNDELIVERED = f"SELECT COUNT(*) {_UNDELIVERED}"
+DOCTOR_UNDELIVERED_SAMPLE = f"SELECT o.thread_id, o.call_id, o.status {_UNDELIVERED} ORDER BY o.id LIMIT ?"
+# a thread waits for `awaiting` results: each is an open call or an admitted result
+_STALLED = """
+FROM (
+    SELECT t.id, t.awaiting,
+        (SELECT COUNT(*) FROM outbox o WHERE o.thread_id = t.id AND o.status IN ('pending', 'running'))
+      + (SELECT COUNT(*) FROM inputs i WHERE i.thread_id = t.id AND i.kind = 'tool_result') AS n
+    FROM threads t WHERE t.awaiting > 0)
+WHERE awaiting > n
+"""
+DOCTOR_STALLED = f"SELECT COUNT(*) {_STALLED}"
+DOCTOR_STALLED_SAMPLE = f"SELECT id, awaiting, n {_STALLED} ORDER BY id LIMIT ?"
