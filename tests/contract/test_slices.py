@@ -633,3 +633,13 @@ async def test_renew_extends_held_leases_only(store: Store, clock: FakeClock) ->
     clock.advance(90)
     assert kept_id not in [c.thread_id for c in await store.claim_threads("w3", 10, 10.0)]
     assert await store.renew_leases([], LEASE) == []
+
+
+async def test_retrying_a_thread_while_its_slice_runs_keeps_the_lease(store: Store) -> None:
+    await store.admit([user("t1", "k1")])
+    c, load = await take(store, "t1")
+    retried = await store.retry_thread("t1")
+    assert retried.status == "active"
+    assert await store.claim_threads("w2", 10, LEASE) == []  # no second slice of t1
+    await store.commit_slice(plan(c, load))  # the lease still holds
+    assert await ready_ids(store) == []

@@ -123,8 +123,9 @@ class Backend(Protocol):
         ...
 
     async def retry_thread(self, thread_id: str) -> Thread | None:
-        """Status ``active``, failures 0, error cleared, readiness recomputed; the new row,
-        None if missing. The lease columns are left alone."""
+        """Status ``active``, failures 0, error cleared, readiness recomputed, claimable now
+        (``lease_expires`` 0) unless a live lease is held: a running slice keeps its lease
+        (no second slice of the thread). The new row, None if missing."""
         ...
 
     # -- admission and slices --------------------------------------------------------

@@ -151,9 +151,11 @@ GET_THREAD = f"SELECT {THREAD_COLS} FROM threads WHERE id = ?"
 THREAD_EXISTS = "SELECT 1 FROM threads WHERE id = ?"
 PARENT_OF = "SELECT parent_id, parent_seq FROM threads WHERE id = ?"
 LEASE_TOKEN = "SELECT lease_token FROM threads WHERE id = ?"
+# A live lease is left alone: the slice running under it keeps its thread.
 RETRY_THREAD = """
-UPDATE threads SET status = 'active', failures = 0, error = NULL, lease_expires = 0, updated_at = ?
-WHERE id = ?
+UPDATE threads SET status = 'active', failures = 0, error = NULL, updated_at = ?1,
+    lease_expires = CASE WHEN lease_token IS NOT NULL AND lease_expires > ?1 THEN lease_expires ELSE 0 END
+WHERE id = ?2
 """
 RELEASE = """
 UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = ?,
