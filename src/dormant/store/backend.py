@@ -61,13 +61,19 @@ class SliceReader(Protocol):
     :func:`~dormant.context.build_view` needs; nothing here applies a rule.
     """
 
-    async def slice_rows(self, claim: Claim, max_inputs: int) -> tuple[Thread, list[Input]] | None:
+    async def slice_rows(
+        self, claim: Claim, max_inputs: int, max_bytes: int
+    ) -> tuple[Thread, list[Input]] | None:
         """The claimed thread's row and its ready inputs, admission order, at most
         ``max_inputs`` of them (ready: ``not_before <= now`` and, while the thread awaits
         results, only ``tool_result`` inputs). None if the thread does not exist.
 
+        The fetch is bounded by bytes too: it reads no input past the first whose text
+        brings the total over ``max_bytes`` (the first input is always read), so a slice
+        never pulls ``max_inputs`` huge inputs to keep one. The core still cuts by bytes.
+
         A backend may load the rows of a whole claim batch at once (SQLite does) as
-        long as what it answers is true for the claim's lease.
+        long as what it answers is true for the claim's lease, and bounded in bytes.
         """
         ...
 

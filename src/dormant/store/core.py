@@ -206,7 +206,7 @@ class StoreCore:
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
         """The claimed thread's row, bounded view and ready inputs (cut by bytes)."""
         async with self.backend.reader() as reader:
-            loaded = await reader.slice_rows(claim, limits.max_inputs)
+            loaded = await reader.slice_rows(claim, limits.max_inputs, limits.max_input_bytes)
             if loaded is None:
                 raise NotFound(f"no thread {claim.thread_id!r}")
             thread, inputs = loaded

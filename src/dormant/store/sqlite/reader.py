@@ -59,7 +59,7 @@ class ClaimBatches:
         for thread_id in ids:
             self._loaded.pop((token, thread_id), None)
 
-    def rows(self, conn: Conn, claim: Claim, max_inputs: int, now: float) -> list[Any]:
+    def rows(self, conn: Conn, claim: Claim, max_inputs: int, max_bytes: int, now: float) -> list[Any]:
         """The LOAD_SLICE rows of ``claim``, loaded with the rest of its claim batch."""
         token = claim.token
         parked = self._loaded.pop((token, claim.thread_id), None)
@@ -83,7 +83,9 @@ class ClaimBatches:
             parked = self._loaded.pop((token, claim.thread_id), None)
         if parked is not None and parked[0] == max_inputs:
             return parked[1]
-        rows: list[Any] = conn.execute(sql.LOAD_SLICE, (now, claim.thread_id, max_inputs)).fetchall()
+        rows: list[Any] = conn.execute(
+            sql.LOAD_SLICE, (now, claim.thread_id, max_inputs, max_bytes)
+        ).fetchall()
         return rows
 
 
@@ -106,10 +108,12 @@ class SQLiteReader:
     ) -> None:
         return None
 
-    async def slice_rows(self, claim: Claim, max_inputs: int) -> tuple[Thread, list[Input]] | None:
+    async def slice_rows(
+        self, claim: Claim, max_inputs: int, max_bytes: int
+    ) -> tuple[Thread, list[Input]] | None:
         """The thread row and ready inputs of a claimed thread."""
         try:
-            rows = self.batches.rows(self.conn, claim, max_inputs, self.clock())
+            rows = self.batches.rows(self.conn, claim, max_inputs, max_bytes, self.clock())
         except apsw.Error as exc:
             raise translate(exc) from exc
         if not rows:

@@ -15,14 +15,24 @@ from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_C
 
 encode = msgspec.json.encode
 
+# A claimed thread's row and its ready inputs, at most ?3 of them, in admission order, and
+# no more input text than ?4 bytes (the first input always): the sizes come from
+# octet_length, which reads no text, so no input past the cut is read at all.
 LOAD_SLICE = f"""
 SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
        {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
 FROM threads t
-LEFT JOIN inputs i ON i.thread_id = t.id AND i.not_before <= ?1
-                  AND (t.awaiting = 0 OR i.kind = 'tool_result')
+LEFT JOIN (
+    SELECT x.id, row_number() OVER w AS n, sum(octet_length(x.content)) OVER w AS upto
+    FROM inputs x
+    WHERE x.thread_id = ?2 AND x.not_before <= ?1
+      AND (x.kind = 'tool_result' OR (SELECT awaiting FROM threads WHERE id = ?2) = 0)
+    WINDOW w AS (ORDER BY x.id)
+    ORDER BY x.id LIMIT ?3
+) b ON b.n = 1 OR b.upto <= ?4
+LEFT JOIN inputs i ON i.id = b.id
 WHERE t.id = ?2
-ORDER BY i.id LIMIT ?3
+ORDER BY b.id
 """
 
 # LOAD_SLICE for every thread of a claim batch at once (?2: a JSON array of thread ids),
