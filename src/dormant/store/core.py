@@ -15,6 +15,8 @@ import secrets
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
@@ -60,11 +62,46 @@ def result_input(thread_id: str, call_id: str, tool: str | None, content: str, i
     )
 
 
+#: Stored before the dedup key of every input admitted from outside (:meth:`StoreCore.admit`
+#: of a ``user`` or ``event`` input): those keys live in a namespace of their own, so a
+#: user key can never equal a key the system makes (a call id for its result, ``timer:``,
+#: ``spawn:``, ``report:`` ...). No key given to the store may start with it.
+USER_KEY_PREFIX = "\x1fu:"
+#: The input kinds whose keys :meth:`StoreCore.admit` puts in the user namespace.
+USER_KINDS = frozenset({"user", "event"})
+
+
+def user_namespace(items: Sequence[NewInput]) -> list[NewInput]:
+    """``items`` as stored: user and event keys in the user namespace."""
+    return [
+        msgspec.structs.replace(item, dedup_key=USER_KEY_PREFIX + item.dedup_key)
+        if item.kind in USER_KINDS
+        else item
+        for item in items
+    ]
+
+
+def shown(inputs: list[Input]) -> list[Input]:
+    """Stored inputs as their admitter named them (the user namespace prefix removed)."""
+    cut = len(USER_KEY_PREFIX)
+    return [
+        msgspec.structs.replace(item, dedup_key=item.dedup_key[cut:])
+        if item.dedup_key.startswith(USER_KEY_PREFIX)
+        else item
+        for item in inputs
+    ]
+
+
 def validate(items: Sequence[NewInput], max_input_bytes: int) -> None:
-    """:func:`dormant.inbox.validate`, and no NUL character in any text of an input
-    (PostgreSQL cannot store one, so no backend accepts one); InvalidInput otherwise."""
+    """:func:`dormant.inbox.validate`, no NUL character in any text of an input
+    (PostgreSQL cannot store one, so no backend accepts one) and no key in the user
+    namespace's form; InvalidInput otherwise."""
     inbox.validate(items, max_input_bytes)
     for item in items:
+        if item.dedup_key.startswith(USER_KEY_PREFIX):
+            raise InvalidInput(
+                f"a dedup key may not start with {USER_KEY_PREFIX!r} (thread {item.thread_id!r})"
+            )
         texts = (
             item.thread_id,
             item.dedup_key,
@@ -191,11 +228,16 @@ class StoreCore:
     # -- admission and slices --------------------------------------------------------
 
     async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
-        """Admit validated inputs durably, the batch in one transaction."""
+        """Admit validated inputs durably, the batch in one transaction. The keys of
+        ``user`` and ``event`` inputs live in the user namespace (:data:`USER_KEY_PREFIX`)."""
         validate(items, self.max_input_bytes)
         if not items:
             return []
-        return await self.backend.admit(items)
+        admitted = await self.backend.admit(user_namespace(items))
+        return [
+            a if a.dedup_key == item.dedup_key else msgspec.structs.replace(a, dedup_key=item.dedup_key)
+            for a, item in zip(admitted, items, strict=True)
+        ]
 
     async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
         """Lease up to ``limit`` ready threads (one token for the batch)."""
@@ -216,7 +258,7 @@ class StoreCore:
                 self.views.put(thread, limits, view, summary, inherited)
             else:
                 view, summary, inherited = cached
-        inputs = cut_inputs(inputs, limits.max_input_bytes)
+        inputs = cut_inputs(shown(inputs), limits.max_input_bytes)
         return SliceLoad(thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited)
 
     async def commit_slice(self, plan: CommitPlan) -> None:
