@@ -1,8 +1,9 @@
-"""The store protocol: the domain operations every backend implements.
+"""The store protocol: the domain operations the rest of dormant calls.
 
 Every method is a domain operation (admit, claim, load, commit, ...), never
-generic CRUD; each backend owns its SQL. The contract suite in
-``tests/contract`` runs against every implementation. All methods raise
+generic CRUD. :class:`~dormant.store.core.StoreCore` implements it once, over a
+:class:`~dormant.store.backend.Backend` per database that owns its SQL. The
+contract suite in ``tests/contract`` runs against every backend. All methods raise
 :class:`~dormant.errors.StoreError` (or a subclass) when the store fails, and
 nothing is acknowledged before it is durable.
 """
