@@ -24,6 +24,7 @@ from dormant.store import open_store, store_options
 from dormant.store.postgres import PostgresStore
 from dormant.store.postgres.driver import translate
 from dormant.store.postgres.embedded import with_schema
+from dormant.store.postgres.heartbeat import DbClock
 
 
 @pytest.mark.parametrize("url", ["postgresql://u@h/db", "postgres://u:p@h:5433/db?sslmode=require"])
@@ -111,3 +112,31 @@ def test_dormant_errors_and_others_pass_through() -> None:
     assert translate(lost) is lost
     other = ValueError("y")
     assert translate(other) is other
+
+
+class _Rows:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    async def fetchone(self) -> tuple[float]:
+        return (self.value,)
+
+
+class _ServerClock:
+    """A connection whose server clock answers ``DB_NOW`` with the next of ``answers``."""
+
+    def __init__(self, answers: list[float]) -> None:
+        self.answers = answers
+
+    async def execute(self, query: str) -> _Rows:
+        return _Rows(self.answers.pop(0))
+
+
+async def test_the_database_clock_trusts_the_sample_with_the_shortest_round_trip() -> None:
+    local = iter([0.0, 1.0, 2.0, 2.01, 3.0, 5.0])  # round trips of 1 s, 10 ms, 2 s
+    clock = DbClock(local=lambda: next(local))
+    server = _ServerClock([100.0, 102.1, 500.0])
+    await clock.sync(server, samples=3)  # type: ignore[arg-type]
+    assert clock.offset == pytest.approx(102.1 - 2.005)
+    clock.local = lambda: 10.0
+    assert clock() == pytest.approx(10.0 + 102.1 - 2.005)

@@ -157,7 +157,7 @@ class PostgresBackend(BackendDefaults):
         try:
             self._channels = channels(await migrate_schema(conn, self.url))
             if self.db_clock is not None:
-                await self.db_clock.sync(conn)
+                await self.db_clock.sync(conn, samples=3)
             pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
                 self.url,
                 min_size=1,

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 
 import psycopg
@@ -32,25 +33,36 @@ log = logging.getLogger("dormant.store.postgres")
 
 #: Most worker ids one process heartbeats for (a runtime uses one).
 MAX_WORKERS = 64
+#: Clock samples the offset is chosen from (one a beat).
+SAMPLES = 16
 
 
 class DbClock:
-    """The database server's clock (seconds since the epoch), estimated locally."""
+    """The database server's clock (seconds since the epoch), estimated locally.
+
+    Each :meth:`sync` is one sample of (round trip, offset); the offset used is the one of
+    the sample with the shortest round trip among the last :data:`SAMPLES` (a loaded host
+    delays some round trips, and a long one makes a poor estimate: NTP's clock filter).
+    """
 
     def __init__(self, local: Callable[[], float] = time.time) -> None:
         self.local = local
         self.offset = 0.0  # server minus local, until measured: the local clock
+        self._samples: deque[tuple[float, float]] = deque(maxlen=SAMPLES)
 
     def __call__(self) -> float:
         return self.local() + self.offset
 
-    async def sync(self, conn: Conn) -> None:
-        """Measure the offset on ``conn`` (one round trip)."""
-        before = self.local()
-        row = await (await conn.execute(sql.DB_NOW)).fetchone()
-        after = self.local()
-        if row is not None:
-            self.offset = float(row[0]) - (before + after) / 2
+    async def sync(self, conn: Conn, samples: int = 1) -> None:
+        """Take ``samples`` samples on ``conn`` (one round trip each)."""
+        for _ in range(samples):
+            before = self.local()
+            row = await (await conn.execute(sql.DB_NOW)).fetchone()
+            after = self.local()
+            if row is not None:
+                self._samples.append((after - before, float(row[0]) - (before + after) / 2))
+        if self._samples:
+            self.offset = min(self._samples)[1]
 
 
 class Heartbeat:

@@ -29,9 +29,12 @@ class PgSliceReader:
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
-    async def slice_rows(self, claim: Claim, max_inputs: int) -> tuple[Thread, list[Input]] | None:
-        """The thread row and its ready inputs (admission order) in one statement."""
-        params = {"id": claim.thread_id, "now": self.clock(), "limit": max_inputs}
+    async def slice_rows(
+        self, claim: Claim, max_inputs: int, max_bytes: int
+    ) -> tuple[Thread, list[Input]] | None:
+        """The thread row and its ready inputs (admission order, bounded in count and
+        bytes) in one statement."""
+        params = {"id": claim.thread_id, "now": self.clock(), "limit": max_inputs, "bytes": max_bytes}
         try:
             rows = await (await self.conn.execute(sql.LOAD_SLICE, params)).fetchall()
         except psycopg.Error as exc:

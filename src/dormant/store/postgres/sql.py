@@ -55,9 +55,11 @@ UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = %(ret
     ready_at = CASE WHEN %(fail)s THEN NULL ELSE ready_at END
 WHERE id = %(id)s AND lease_token = %(token)s
 """
+# A live lease is left alone: the slice running under it keeps its thread.
 RETRY_THREAD = f"""
-UPDATE threads t SET status = 'active', failures = 0, error = NULL, lease_expires = 0,
-    updated_at = %(now)s,
+UPDATE threads t SET status = 'active', failures = 0, error = NULL, updated_at = %(now)s,
+    lease_expires = CASE WHEN t.lease_token IS NOT NULL AND t.lease_expires > %(now)s
+                         THEN t.lease_expires ELSE 0 END,
     ready_key = (SELECT min(i.sort_key) FROM inputs i
                  WHERE i.thread_id = t.id AND (t.awaiting = 0 OR i.kind = 'tool_result')),
     ready_at = (SELECT min(i.not_before) FROM inputs i
@@ -73,17 +75,27 @@ WHERE id = ANY (%s::text[]) OR id IN (SELECT thread_id FROM outbox WHERE id = AN
 ORDER BY id
 FOR NO KEY UPDATE
 """
-# The thread row and its ready inputs (admission order) in one statement.
+# The thread row and its ready inputs (admission order) in one statement: at most
+# %(limit)s of them and no more input text than %(bytes)s bytes (the first input always).
+# The sizes come from octet_length, which reads no TOASTed text, so no input past the cut
+# is read at all.
 LOAD_SLICE = f"""
 SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
        {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
 FROM threads t
 LEFT JOIN LATERAL (
-    SELECT {INPUT_COLS} FROM inputs
-    WHERE inputs.thread_id = t.id AND inputs.not_before <= %(now)s
-      AND (t.awaiting = 0 OR inputs.kind = 'tool_result')
-    ORDER BY inputs.id
-    LIMIT %(limit)s
+    SELECT {", ".join("y." + c.strip() for c in INPUT_COLS.split(","))}
+    FROM (
+        SELECT x.id, row_number() OVER w AS n, sum(octet_length(x.content)) OVER w AS upto
+        FROM inputs x
+        WHERE x.thread_id = t.id AND x.not_before <= %(now)s
+          AND (t.awaiting = 0 OR x.kind = 'tool_result')
+        WINDOW w AS (ORDER BY x.id)
+        ORDER BY x.id
+        LIMIT %(limit)s
+    ) b
+    JOIN inputs y ON y.id = b.id
+    WHERE b.n = 1 OR b.upto <= %(bytes)s
 ) i ON true
 WHERE t.id = %(id)s
 ORDER BY i.id
