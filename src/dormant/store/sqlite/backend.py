@@ -403,8 +403,7 @@ class SQLiteBackend(BackendDefaults):
             outbox_by_status=outbox_counts,
             dead_letters=outbox_counts.get("dead", 0),
             messages=self._query(sql.MESSAGE_COUNT)[0][0],
-            # memory://: the pages the in-memory database holds
-            db_bytes=file_size(self._path) if self._path else self._query(sql.DATABASE_BYTES)[0][0],
+            db_bytes=file_size(self._path),
             wal_bytes=file_size(self._path + "-wal" if self._path else None),
             schema_version=self._query(sql.GET_VERSION)[0][0],
         )

@@ -248,7 +248,6 @@ THREADS_LEASED = "SELECT COUNT(*) FROM threads WHERE lease_token IS NOT NULL"
 INPUTS_BY_PRIORITY = "SELECT priority, COUNT(*) FROM inputs GROUP BY priority"
 OUTBOX_BY_STATUS = "SELECT status, COUNT(*) FROM outbox GROUP BY status"
 MESSAGE_COUNT = "SELECT COUNT(*) FROM messages"
-DATABASE_BYTES = "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
 
 # -- deleting threads -----------------------------------------------------------------
 
