@@ -53,6 +53,7 @@ from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
 from .records import Priority
 from .runtime import Runtime
+from .store import open_store
 
 app = typer.Typer(
     name="dormant",
@@ -191,8 +192,11 @@ def init(store: StoreOpt = DEFAULT_STORE) -> None:
         async with opened_store(settings, create=True) as st:
             status = await st.status()
         out.print(f"store {settings.store} ready (schema version {status.schema_version})")
-        if settings.store.startswith("memory://"):
-            out.print("note: memory:// lives only as long as one process; use sqlite:///path.db to keep data")
+        if not st.persistent:
+            out.print(
+                f"note: {settings.store} lives only as long as one process; "
+                "use sqlite:///path.db to keep data"
+            )
 
     run_async(go())
 
@@ -252,8 +256,12 @@ def run_workers(
     from .workers import Supervisor
 
     settings = settings_for(store, concurrency=concurrency)  # validated once, here
-    if settings.store.startswith("memory://"):
-        fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
+    if not open_store(settings.store).persistent:
+        fail(
+            UsageError(
+                f"{settings.store} lives in one process: --workers needs sqlite:///... or postgresql://..."
+            )
+        )
     argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1", "--store", settings.store]
     argv += ["--model", model, "--base-url", base_url]
     if until_idle:

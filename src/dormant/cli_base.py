@@ -9,7 +9,6 @@ as ``__main__``, and a module importing ``dormant.cli`` back would load it twice
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -21,7 +20,7 @@ from rich.text import Text
 
 from .config import Settings
 from .errors import DormantError, Overloaded, UsageError
-from .store import MAX_PAGE, Store, open_store
+from .store import MAX_PAGE, Store, open_store, store_options
 
 T = TypeVar("T")
 
@@ -68,14 +67,12 @@ def settings_for(store: str, **overrides: Any) -> Settings:
 async def opened_store(settings: Settings, *, create: bool = False) -> AsyncIterator[Store]:
     """The settings' store, opened (and migrated). Without ``create``, a missing
     SQLite file is an error instead of a new empty database."""
-    from .store.sqlite import SQLiteStore
-
-    options: dict[str, Any] = {"max_input_bytes": settings.max_input_bytes}
-    if settings.store.startswith("sqlite://"):
-        options["synchronous"] = settings.synchronous
-    store = open_store(settings.store, **options)
-    if not create and isinstance(store, SQLiteStore) and not os.path.exists(store.path):
-        raise UsageError(f"no database at {store.path!r}: run `dormant init --store {settings.store}` first")
+    store = open_store(settings.store, **store_options(settings.store, settings))
+    if not create and store.persistent and not await store.exists():
+        raise UsageError(
+            f"no database at {store.path or settings.store!r}: "
+            f"run `dormant init --store {settings.store}` first"
+        )
     await store.open()
     try:
         yield store

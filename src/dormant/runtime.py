@@ -197,9 +197,7 @@ class Runtime:
         )
         # a store shared by several processes (PostgreSQL) can hint that another
         # process made work ready; the poll stays the truth, the hint only cuts latency
-        subscribe = getattr(self.store, "subscribe", None)
-        if callable(subscribe):
-            subscribe(self._on_store_hint)
+        self.store.subscribe(self._on_store_hint)
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
         self._opened = False

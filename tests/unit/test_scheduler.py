@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from dormant.records import Claim, CommitPlan, NewInput, SliceLoad, ViewLimits
 from dormant.scheduler import Scheduler
-from dormant.store.memory import MemoryStore
+from dormant.store.sqlite import SQLiteStore
 from tests.helpers import eventually
 
 
@@ -15,7 +15,7 @@ def user(thread_id: str, key: str = "k") -> NewInput:
     return NewInput(thread_id=thread_id, kind="user", dedup_key=key, content="x", agent="a")
 
 
-async def consume(store: MemoryStore, claim: Claim, load: SliceLoad | None = None) -> None:
+async def consume(store: SQLiteStore, claim: Claim, load: SliceLoad | None = None) -> None:
     """Commit a slice that consumes the loaded inputs and writes nothing else."""
     load = load or await store.load_slice(claim, ViewLimits())
     await store.commit_slice(
@@ -40,7 +40,7 @@ async def run_until(scheduler: Scheduler, done: asyncio.Event, timeout: float = 
 
 
 async def test_never_more_than_c_slices_and_one_per_thread() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user(f"t{i}") for i in range(20)])
     running: set[str] = set()
@@ -68,7 +68,7 @@ async def test_never_more_than_c_slices_and_one_per_thread() -> None:
 
 
 async def test_new_input_during_a_slice_runs_after_it() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user("t1", "k1")])
     order: list[str] = []
@@ -91,7 +91,7 @@ async def test_new_input_during_a_slice_runs_after_it() -> None:
 
 
 async def test_leases_of_long_slices_are_renewed() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user("t1")])
     done = asyncio.Event()
@@ -109,7 +109,7 @@ async def test_leases_of_long_slices_are_renewed() -> None:
 
 
 async def test_a_slice_whose_lease_is_lost_is_cancelled() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user("t1")])
     started = asyncio.Event()
