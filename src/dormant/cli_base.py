@@ -22,6 +22,7 @@ from rich.text import Text
 from .config import Settings
 from .errors import DormantError, Overloaded, UsageError
 from .store import MAX_PAGE, Store, open_store
+from .urls import remember, scrub
 
 T = TypeVar("T")
 
@@ -45,6 +46,7 @@ MaxCharsOpt = Annotated[
 def fail(exc: DormantError) -> NoReturn:
     """Print ``exc`` as one red ``error:`` line on stderr and exit (2: caller's mistake, 1: other)."""
     message = " ".join((str(exc) or type(exc).__name__).split("\n"))  # one line, always
+    message = scrub(message)  # no store password, whoever built the message
     if isinstance(exc, Overloaded):
         message += f" (retry after {exc.retry_after:g}s)"
     err.print(Text.assemble(("error: ", "bold red"), (message, "red")))
@@ -61,7 +63,9 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 def settings_for(store: str, **overrides: Any) -> Settings:
     """Validated settings: ``DORMANT_*`` variables, then the command's options."""
-    return Settings.from_env(store=store, **overrides)
+    settings = Settings.from_env(store=store, **overrides)
+    remember(settings.store)  # so its password is scrubbed from anything printed or logged
+    return settings
 
 
 @asynccontextmanager

@@ -3,7 +3,11 @@
 It claims only what it can run right now (free slots), so it never holds an
 in-memory backlog: waiting work stays in the store. Leases of running slices are
 renewed in one store call per period; a slice whose lease was lost is cancelled
-(its commit would be refused anyway).
+(its commit would be refused anyway, and its model calls and inline tools would
+repeat): when a renewal says so, and when renewals keep failing until the lease
+has run out. One thread never runs two slices here at once: if the store hands
+out a thread again while its previous slice still runs (its lease lapsed), that
+slice is cancelled and the new one starts only once it has ended.
 
 The loop survives the store failing under it (locked by another process, disk
 full, ...): a failed claim is logged and retried with a capped backoff, and
@@ -19,12 +23,23 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from .dispatcher import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 from .errors import SchemaError
 from .records import Claim
+from .retry import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 from .store.base import Store
 
 log = logging.getLogger("dormant.scheduler")
+
+
+class _Running:
+    """A slice running here: its claim (renewed), its task, when its lease runs out."""
+
+    __slots__ = ("claim", "deadline", "task")
+
+    def __init__(self, claim: Claim, task: asyncio.Task[None], deadline: float) -> None:
+        self.claim = claim
+        self.task = task
+        self.deadline = deadline  # time.monotonic() at which the lease is surely gone
 
 
 class Scheduler:
@@ -47,7 +62,7 @@ class Scheduler:
         self.lease_s = lease_s
         self.poll_s = poll_s
         self.wake = asyncio.Event()
-        self._running: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
+        self._running: dict[str, _Running] = {}
         self._hold_until = 0.0  # time.monotonic() before which nothing is claimed
         self.claim_failures = 0  # failed claims in a row (0 when the store answers)
 
@@ -75,6 +90,7 @@ class Scheduler:
                 self.wake.clear()  # before claiming, so a wake-up during the claim is kept
                 free = self.concurrency - len(self._running)
                 claims: list[Claim] = []
+                asked = time.monotonic()  # the lease runs from before the claim, at the latest
                 if free > 0:
                     try:
                         claims = await self.store.claim_threads(self.worker, free, self.lease_s)
@@ -90,15 +106,14 @@ class Scheduler:
                         log.warning("claims_resumed", extra={"failures": self.claim_failures})
                         self.claim_failures = 0
                 for claim in claims:
-                    task = asyncio.create_task(self._guard(claim), name=f"slice:{claim.thread_id}")
-                    self._running[claim.thread_id] = (claim, task)
+                    self._start(claim, asked + self.lease_s)
                 # fewer claims than free slots: nothing else is ready; all slots busy:
                 # wait for a slot. Either way, sleep until woken or the poll period ends.
                 await self._sleep(stop)
         finally:
             renewer.cancel()
             if self._running:
-                await asyncio.gather(*(t for _, t in self._running.values()), return_exceptions=True)
+                await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(self.wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -108,32 +123,66 @@ class Scheduler:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _guard(self, claim: Claim) -> None:
+    def _start(self, claim: Claim, deadline: float) -> None:
+        previous = self._running.get(claim.thread_id)
+        if previous is not None:
+            # the thread's lease lapsed while its slice still runs here, and the store
+            # handed it out again: that slice lost it; the new one waits for its end
+            log.warning("lease_lost", extra={"thread_id": claim.thread_id, "reclaimed": True})
+            previous.task.cancel()
+        before = previous.task if previous is not None else None
+        task = asyncio.create_task(self._guard(claim, before), name=f"slice:{claim.thread_id}")
+        self._running[claim.thread_id] = _Running(claim, task, deadline)
+
+    async def _guard(self, claim: Claim, previous: asyncio.Task[None] | None) -> None:
         try:
+            if previous is not None:
+                await asyncio.wait([previous])  # never two slices of one thread at once
             await self.run_slice(claim)
         finally:
-            self._running.pop(claim.thread_id, None)
+            entry = self._running.get(claim.thread_id)
+            if entry is not None and entry.task is asyncio.current_task():
+                del self._running[claim.thread_id]  # only its own entry, never a successor's
             self.wake.set()
+
+    def _expire(self) -> None:
+        """Cancel the slices whose lease has run out unrenewed (renewals kept failing)."""
+        now = time.monotonic()
+        for thread_id, entry in self._running.items():
+            if entry.deadline <= now and not entry.task.done() and not entry.task.cancelling():
+                log.warning("lease_expired", extra={"thread_id": thread_id})
+                entry.task.cancel()
 
     async def _renew(self, stop: asyncio.Event) -> None:
         period = self.lease_s / 3
         while not stop.is_set():
             await asyncio.sleep(period)
-            claims = [claim for claim, _ in self._running.values()]
-            if not claims:
+            self._expire()
+            entries = list(self._running.values())
+            if not entries:
                 continue
+            asked = time.monotonic()
+            call = asyncio.ensure_future(self.store.renew_leases([e.claim for e in entries], self.lease_s))
             try:
-                kept = await self.store.renew_leases(claims, self.lease_s)
-            except Exception as exc:  # renewals go on; a lease that expires meanwhile is lost
+                while not call.done():  # a store call slower than a lease must not hide expiries
+                    await asyncio.wait([call], timeout=period)
+                    self._expire()
+                kept = call.result()
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            except Exception as exc:  # renewals go on; a lease that runs out meanwhile is lost
                 log.warning("lease_renew_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 continue
             held = {c.thread_id: c for c in kept}
-            for claim in claims:
-                entry = self._running.get(claim.thread_id)
-                if entry is None or entry[0].token != claim.token:
-                    continue
-                if claim.thread_id in held:
-                    self._running[claim.thread_id] = (held[claim.thread_id], entry[1])
-                else:
-                    log.warning("lease_lost", extra={"thread_id": claim.thread_id})
-                    entry[1].cancel()
+            for sent in entries:
+                entry = self._running.get(sent.claim.thread_id)
+                if entry is not sent:
+                    continue  # ended, or replaced by a newer claim meanwhile
+                renewed = held.get(sent.claim.thread_id)
+                if renewed is not None and renewed.token == sent.claim.token:
+                    entry.claim = renewed
+                    entry.deadline = asked + self.lease_s
+                elif not entry.task.done():
+                    log.warning("lease_lost", extra={"thread_id": sent.claim.thread_id})
+                    entry.task.cancel()
