@@ -328,5 +328,5 @@ class Runtime:
     # -- one slice -------------------------------------------------------------------
 
     async def run_slice(self, claim: Claim) -> None:
-        """Run one slice for ``claim`` (see :class:`~dormant.runner.SliceRunner`). Never raises."""
+        """Run one slice for ``claim``: load, decide, call, commit. Never raises."""
         await self.runner.run(claim)

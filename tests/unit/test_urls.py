@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from dormant import urls
@@ -43,3 +45,14 @@ def test_remembered_secrets_are_bounded() -> None:
     for n in range(urls.MAX_SECRETS * 3):
         urls.remember(f"postgresql://app:secret-{n:04d}@db/prod")
     assert len(urls._secrets) <= urls.MAX_SECRETS
+
+
+def test_the_cli_log_format_scrubs_store_passwords() -> None:
+    from dormant.cli import EventFormatter
+
+    urls.remember(f"postgresql://app:{SECRET}@db/prod")
+    record = logging.makeLogRecord(
+        {"name": "dormant.store", "levelname": "ERROR", "msg": "store_failed", "error": f"at {SECRET!r}"}
+    )
+    line = EventFormatter().format(record)
+    assert "store_failed" in line and SECRET not in line
