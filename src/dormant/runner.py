@@ -75,12 +75,15 @@ def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
 
 def clean_reply(reply: ModelReply) -> ModelReply:
     """``reply`` with its text and tool calls cleaned (:func:`~dormant.text.clean`);
-    the same object when nothing needed it."""
+    the same object when nothing needed it (the common case: a few scans, no copy)."""
     text = clean(reply.text)
-    calls = tuple(_clean_call(call) for call in reply.tool_calls)
-    if text is reply.text and all(new is old for new, old in zip(calls, reply.tool_calls, strict=True)):
-        return reply
-    return ModelReply(text=text, tool_calls=calls)
+    changed = text is not reply.text
+    calls = []
+    for call in reply.tool_calls:
+        cleaned = _clean_call(call)
+        changed = changed or cleaned is not call
+        calls.append(cleaned)
+    return ModelReply(text=text, tool_calls=tuple(calls)) if changed else reply
 
 
 def _clean_call(call: ToolCall) -> ToolCall:
