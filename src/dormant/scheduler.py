@@ -63,13 +63,16 @@ class Scheduler:
         self.poll_s = poll_s
         self.wake = asyncio.Event()
         self._running: dict[str, _Running] = {}
+        # slices replaced by a newer claim of their thread, still ending (cancelled): a
+        # newer slice of the thread starts only once every one of them has ended
+        self._ending: dict[str, set[asyncio.Task[None]]] = {}
         self._hold_until = 0.0  # time.monotonic() before which nothing is claimed
         self.claim_failures = 0  # failed claims in a row (0 when the store answers)
 
     @property
     def active(self) -> int:
-        """Slices running now."""
-        return len(self._running)
+        """Slices running now (those still ending after their lease was lost included)."""
+        return len(self._running) + sum(len(tasks) for tasks in self._ending.values())
 
     def hold(self, seconds: float) -> None:
         """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""
@@ -88,7 +91,7 @@ class Scheduler:
                     await pause(stop, min(held, self.poll_s * 10))
                     continue
                 self.wake.clear()  # before claiming, so a wake-up during the claim is kept
-                free = self.concurrency - len(self._running)
+                free = self.concurrency - self.active
                 claims: list[Claim] = []
                 asked = time.monotonic()  # the lease runs from before the claim, at the latest
                 if free > 0:
@@ -112,8 +115,10 @@ class Scheduler:
                 await self._sleep(stop)
         finally:
             renewer.cancel()
-            if self._running:
-                await asyncio.gather(*(r.task for r in self._running.values()), return_exceptions=True)
+            tasks = [r.task for r in self._running.values()]
+            tasks += [t for ending in self._ending.values() for t in ending]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(self.wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -124,20 +129,33 @@ class Scheduler:
                 waiter.cancel()
 
     def _start(self, claim: Claim, deadline: float) -> None:
-        previous = self._running.get(claim.thread_id)
+        thread_id = claim.thread_id
+        previous = self._running.get(thread_id)
         if previous is not None:
             # the thread's lease lapsed while its slice still runs here, and the store
             # handed it out again: that slice lost it; the new one waits for its end
-            log.warning("lease_lost", extra={"thread_id": claim.thread_id, "reclaimed": True})
+            log.warning("lease_lost", extra={"thread_id": thread_id, "reclaimed": True})
             previous.task.cancel()
-        before = previous.task if previous is not None else None
-        task = asyncio.create_task(self._guard(claim, before), name=f"slice:{claim.thread_id}")
-        self._running[claim.thread_id] = _Running(claim, task, deadline)
+            ending = self._ending.setdefault(thread_id, set())
+            ending.add(previous.task)
+            previous.task.add_done_callback(lambda task: self._ended(thread_id, task))
+        earlier = frozenset(self._ending.get(thread_id, ()))
+        task = asyncio.create_task(self._guard(claim, earlier), name=f"slice:{thread_id}")
+        self._running[thread_id] = _Running(claim, task, deadline)
 
-    async def _guard(self, claim: Claim, previous: asyncio.Task[None] | None) -> None:
+    def _ended(self, thread_id: str, task: asyncio.Task[None]) -> None:
+        ending = self._ending.get(thread_id)
+        if ending is not None:
+            ending.discard(task)
+            if not ending:
+                del self._ending[thread_id]
+        self.wake.set()
+
+    async def _guard(self, claim: Claim, earlier: frozenset[asyncio.Task[None]]) -> None:
         try:
-            if previous is not None:
-                await asyncio.wait([previous])  # never two slices of one thread at once
+            pending = [t for t in earlier if not t.done()]
+            if pending:  # never two slices of one thread at once: wait for every earlier one
+                await asyncio.wait(pending)
             await self.run_slice(claim)
         finally:
             entry = self._running.get(claim.thread_id)

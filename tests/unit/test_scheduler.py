@@ -175,14 +175,15 @@ async def test_a_thread_whose_lease_lapsed_mid_slice_never_runs_twice_at_once() 
         try:
             if len(slices) == 1:
                 # the first slice does not stop at once when cancelled (a model call
-                # winding down): its lease lapses and the thread is claimed again meanwhile
+                # winding down): its lease lapses and the thread is claimed again meanwhile,
+                # several times over (each newer claim's lease lapses while it waits too)
                 try:
                     await asyncio.sleep(10)
                 except asyncio.CancelledError:
-                    await asyncio.sleep(0.3)
+                    await asyncio.sleep(0.8)
                     raise
             else:
-                assert scheduler.active == 1, "the running slice is still counted"
+                assert scheduler.active >= 1, "the running slice is still counted"
                 await consume(store, claim)
                 done.set()
         finally:
