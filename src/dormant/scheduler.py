@@ -164,7 +164,7 @@ class Scheduler:
             self.wake.set()
 
     def _expire(self) -> None:
-        """Cancel the slices whose lease has run out unrenewed (renewals kept failing)."""
+        """Cancel the slices whose lease has run out unrenewed (called when renewals fail)."""
         now = time.monotonic()
         for thread_id, entry in self._running.items():
             if entry.deadline <= now and not entry.task.done() and not entry.task.cancelling():
@@ -175,22 +175,16 @@ class Scheduler:
         period = self.lease_s / 3
         while not stop.is_set():
             await asyncio.sleep(period)
-            self._expire()
             entries = list(self._running.values())
             if not entries:
                 continue
             asked = time.monotonic()
-            call = asyncio.ensure_future(self.store.renew_leases([e.claim for e in entries], self.lease_s))
             try:
-                while not call.done():  # a store call slower than a lease must not hide expiries
-                    await asyncio.wait([call], timeout=period)
-                    self._expire()
-                kept = call.result()
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
-            except Exception as exc:  # renewals go on; a lease that runs out meanwhile is lost
+                kept = await self.store.renew_leases([e.claim for e in entries], self.lease_s)
+            except Exception as exc:  # renewals go on; a lease that ran out meanwhile is lost
                 log.warning("lease_renew_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+                # only while renewals fail: a slow renewal that succeeds is the store's word
+                self._expire()
                 continue
             held = {c.thread_id: c for c in kept}
             for sent in entries:
