@@ -21,6 +21,7 @@ from rich.text import Text
 from .config import Settings
 from .errors import DormantError, Overloaded, UsageError
 from .store import MAX_PAGE, Store, open_store, store_options
+from .urls import remember, scrub
 
 T = TypeVar("T")
 
@@ -44,6 +45,7 @@ MaxCharsOpt = Annotated[
 def fail(exc: DormantError) -> NoReturn:
     """Print ``exc`` as one red ``error:`` line on stderr and exit (2: caller's mistake, 1: other)."""
     message = " ".join((str(exc) or type(exc).__name__).split("\n"))  # one line, always
+    message = scrub(message)  # no store password, whoever built the message
     if isinstance(exc, Overloaded):
         message += f" (retry after {exc.retry_after:g}s)"
     err.print(Text.assemble(("error: ", "bold red"), (message, "red")))
@@ -60,7 +62,9 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 def settings_for(store: str, **overrides: Any) -> Settings:
     """Validated settings: ``DORMANT_*`` variables, then the command's options."""
-    return Settings.from_env(store=store, **overrides)
+    settings = Settings.from_env(store=store, **overrides)
+    remember(settings.store)  # so its password is scrubbed from anything printed or logged
+    return settings
 
 
 @asynccontextmanager

@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dormant.agent import Agent
-from dormant.dispatcher import Dispatcher, backoff, truncate
+from dormant.dispatcher import Dispatcher
 from dormant.errors import ToolError
 from dormant.metrics import RuntimeStats
 from dormant.models.scripted import echo_model
 from dormant.records import Input, NewCall, OutboxEntry, OutboxOutcome, ViewLimits
+from dormant.retry import backoff
 from dormant.store.sqlite import SQLiteStore
+from dormant.text import truncate
 from dormant.tools import ToolContext, ToolSpec, tool
 from tests.helpers import FakeClock, eventually, open_calls
 
