@@ -20,7 +20,7 @@ from dormant import (
     ToolCall,
     budget,
     context,
-    runtime,
+    runner,
     tool,
 )
 from dormant.compaction import INSTRUCTION
@@ -102,7 +102,7 @@ async def test_an_agent_whose_byte_cap_bounds_its_views_counts_nothing_and_compa
     def no_tokenizer(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("the tokenizer was used")
 
-    monkeypatch.setattr(runtime, "TokenCounter", no_tokenizer)
+    monkeypatch.setattr(runner, "TokenCounter", no_tokenizer)
     monkeypatch.setattr(budget, "count_text", no_tokenizer)
     monkeypatch.setattr(context, "count_message", no_tokenizer)
     script = Recorder()

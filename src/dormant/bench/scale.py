@@ -250,7 +250,7 @@ async def run_scale(
             )
         elapsed = time.perf_counter() - started
         stats = rt.stats
-        commits = int(getattr(rt.store, "commits", 0))
+        commits = rt.store.commits
         limits = next(iter(rt.limits.values()))
     db = db_bytes(kind, url, workdir)  # a PostgreSQL run's schema is dropped only at exit
     lat = stats.slice_latency
