@@ -132,7 +132,7 @@ class ViewCache:
             view,
             summary,
             inherited,
-            _usage(view),
+            _usage(view, limits.counts_tokens),
         )
         thread_id = thread.id
         if thread_id in self._ghosts and thread_id not in self._entries and self._full(entry.cost):

@@ -41,6 +41,12 @@ class Settings(BaseModel):
     view_tokens: int = Field(
         0, ge=0, description="tokens of history in a view at most (0: what the model's window leaves)"
     )
+    prompt_margin: float = Field(
+        0.02,
+        ge=0,
+        le=0.5,
+        description="share of the prompt budget (window less output) kept free as a safety margin",
+    )
     compaction_share: float = Field(
         0.75,
         ge=0,

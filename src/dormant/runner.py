@@ -20,14 +20,13 @@ the same thing.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 
 import msgspec
 
-from . import compaction
+from . import budget, compaction, context
 from .agent import Agent
 from .config import Settings
 from .errors import (
@@ -46,18 +45,11 @@ from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .slice import InlineCall, InlineResult, Turn
 from .store.base import Store
 from .text import clean, stored_output
-from .tokens import DEFAULT_ENCODING, TokenCounter, count_text
+from .tokens import TokenCounter
 from .tool_threads import ToolThreads
 from .tools import ToolContext, timeout_reason
 
 log = logging.getLogger("dormant.runtime")
-
-#: A model that does not declare its window is assumed to have this one (tokens).
-DEFAULT_WINDOW = 128_000
-#: Tokens kept free besides the output reserve: per-message framing, rounding.
-PROMPT_MARGIN = 64
-#: The smallest history budget a runtime accepts.
-MIN_VIEW_TOKENS = 256
 
 
 def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
@@ -101,42 +93,6 @@ def failures_of(claim: Claim, thread: Thread) -> int:
     return attempts if isinstance(attempts, int) and attempts > 0 else thread.failures + 1
 
 
-def view_limits(agent: Agent, settings: Settings) -> ViewLimits:
-    """The view budget of ``agent``'s threads: what its model's window leaves for history.
-
-    The system prompt and tool schemas are first bounded by their UTF-8 bytes (a
-    token is at least one byte). When the byte cap alone then keeps every view
-    within the budget (:attr:`ViewLimits.counts_tokens` is false), that bound is
-    the budget and nothing loads the tokenizer; else they are counted.
-    """
-    model = agent.model
-    encoding = getattr(model, "encoding", DEFAULT_ENCODING)
-    window = getattr(model, "context_window", DEFAULT_WINDOW)
-    reserved = getattr(model, "max_output_tokens", 4096) + PROMPT_MARGIN
-    schemas = json.dumps(agent.toolbox.schemas)
-
-    def budget(fixed: int) -> int:
-        left = window - reserved - fixed
-        return min(left, settings.view_tokens) if settings.view_tokens else left
-
-    limits = ViewLimits(
-        max_messages=settings.view_messages,
-        max_bytes=settings.view_bytes,
-        max_tokens=budget(len(agent.system_prompt.encode()) + len(schemas.encode())),
-        encoding=encoding,
-    )
-    if limits.counts_tokens:
-        fixed = count_text(agent.system_prompt, encoding) + count_text(schemas, encoding)
-        limits = msgspec.structs.replace(limits, max_tokens=budget(fixed))
-    if limits.max_tokens < MIN_VIEW_TOKENS:
-        raise UsageError(
-            f"agent {agent.name!r}: the model's window of {window} tokens leaves {limits.max_tokens} "
-            f"for history once its system prompt, tools and output are counted; at least "
-            f"{MIN_VIEW_TOKENS} needed"
-        )
-    return limits
-
-
 class SliceRunner:
     """Runs slices for claims: the only place a slice does I/O.
 
@@ -167,7 +123,7 @@ class SliceRunner:
         self.on_damage = on_damage
         self.tool_threads = tool_threads
         # per agent: its model's window less its output, system prompt and tool schemas
-        self.limits = {name: view_limits(agent, settings) for name, agent in agents.items()}
+        self.limits = {name: budget.limits_for(agent, settings) for name, agent in agents.items()}
         self._counters: dict[str, TokenCounter] = {}
         self._names = frozenset(agents)
         self._store_errors = 0  # slices in a row that the store could not take
@@ -210,8 +166,8 @@ class SliceRunner:
             raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
         limits = self.limits[agent.name]
         load = await self.store.load_slice(claim, limits)
-        # only limits that count tokens load a tokenizer (see ViewLimits.counts_tokens)
-        counter = self._counter(limits.encoding) if limits.counts_tokens else None
+        # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
+        counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
         summary = None
         if compaction.due(load, limits, self.settings.compaction_share):
             load, summary = await self._compact(load, agent, limits, counter)
@@ -223,6 +179,7 @@ class SliceRunner:
             max_rounds=self.settings.max_rounds,
             now=self.clock(),
             summary=summary,
+            limits=limits,
         )
         while turn.wants_model:
             reply = await self._complete(agent, turn.request())

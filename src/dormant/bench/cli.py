@@ -10,10 +10,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .plot import plot_runs
+from .extra import bench_extra_message
 from .scale import load_summary
 
 bench_app = typer.Typer(help="Benchmarks that print figures and write CSV/JSON/PNG.", no_args_is_help=True)
@@ -29,12 +30,21 @@ SHOWN = (
     "db_bytes_per_agent",
     "raw_bytes_per_agent",
     "counts_tokens",
+    "tokenizer_loaded",
     "slice_p50_ms",
     "slice_p95_ms",
     "slice_p99_ms",
     "turn_latency_first_ms",
     "turn_latency_last_ms",
 )
+
+
+def _require_extra(command: str) -> None:
+    """Exit 2 with what to install when the ``bench`` extra is missing (before any work)."""
+    message = bench_extra_message(command)
+    if message is not None:
+        console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+        raise typer.Exit(2)
 
 
 def _run_one(kind: str, params: dict[str, object], out: Path) -> dict[str, object]:
@@ -120,6 +130,9 @@ def scale(
     One store writes ``OUT/summary.json``, ``OUT/waves.csv`` and ``OUT/rss.png``;
     several write ``OUT/<store>/...`` and one chart ``OUT/rss.png`` with a line each.
     """
+    _require_extra("dormant bench scale")
+    from .plot import plot_runs
+
     kinds = store or ["sqlite"]
     for kind in kinds:
         if kind not in STORES:
@@ -158,6 +171,7 @@ def context(
     Prints per-slice latency, history read from the store and RSS around message 100
     and at the end, and for a 1 MB and a BLOB_MB output; writes ``OUT/summary.json``.
     """
+    _require_extra("dormant bench context")
     if store not in ("sqlite", "postgres"):
         console.print("[red]error:[/] --store must be sqlite or postgres")
         raise typer.Exit(2)
@@ -190,6 +204,9 @@ def plot(
     ),
 ) -> None:
     """Merge several `bench scale` runs into one RSS-against-agents chart."""
+    _require_extra("dormant bench plot")
+    from .plot import plot_runs
+
     try:
         chart = plot_runs(runs, out)
     except FileNotFoundError as exc:
@@ -218,6 +235,7 @@ def chaos(
 
     Writes ``OUT/summary.json`` (and ``OUT/runs.csv``); exits 1 if any check fails.
     """
+    _require_extra("dormant bench chaos")
     from .chaos import ChaosConfig, run_chaos
 
     config = ChaosConfig(

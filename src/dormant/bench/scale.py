@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import tokens
 from ..agent import Agent
 from ..config import Settings
 from ..models.scripted import ScriptedModel, tool_round_trip
 from ..records import NewInput
 from ..runtime import Runtime
-from ..store.base import Store
 from ..tools import tool
 
 ASSISTANT_TEXT = (
@@ -158,6 +158,8 @@ class ScaleResult:
     #: whether the agent's limits count tokens (ViewLimits.counts_tokens), and its token budget
     counts_tokens: bool = False
     view_tokens: int = 0
+    #: whether any view needed an exact count, so the tokenizer (~43 MB) was loaded
+    tokenizer_loaded: bool = False
     turn_latency_ms: list[float] = field(default_factory=list)
     waves: list[WaveRow] = field(default_factory=list)
 
@@ -180,15 +182,14 @@ def disk_bytes(workdir: Path) -> int:
     return sum(p.stat().st_size for p in workdir.glob("scale.db*") if p.is_file())
 
 
-async def stored_bytes(store: Store, workdir: Path) -> int:
-    """Bytes the run's data takes: the SQLite file and its WAL in ``workdir``, or, for a
-    database that is not one local file (PostgreSQL), the sizes of its tables, indexes
-    and TOAST as the store reports them (``pg_total_relation_size``), read before the
-    benchmark's schema is dropped."""
-    if store.path is not None:
-        return disk_bytes(workdir)
-    status = await store.status()
-    return status.db_bytes + status.wal_bytes
+def db_bytes(kind: str, url: str, workdir: Path) -> int:
+    """Bytes the store of a run takes: the SQLite file + WAL, PostgreSQL's tables (with
+    indexes and TOAST) in the run's schema, 0 for the in-RAM baseline."""
+    if kind == "postgres":
+        from .pg import schema_bytes
+
+        return schema_bytes(url)
+    return disk_bytes(workdir)
 
 
 async def run_scale(
@@ -244,14 +245,14 @@ async def run_scale(
                     agents=first + len(ids),
                     rss_bytes=rss_bytes(),
                     elapsed_s=round(time.perf_counter() - started, 3),
-                    db_bytes=await stored_bytes(rt.store, workdir),
+                    db_bytes=db_bytes(kind, url, workdir),
                 )
             )
         elapsed = time.perf_counter() - started
         stats = rt.stats
         commits = rt.store.commits
         limits = next(iter(rt.limits.values()))
-        db = await stored_bytes(rt.store, workdir)
+    db = db_bytes(kind, url, workdir)  # a PostgreSQL run's schema is dropped only at exit
     lat = stats.slice_latency
     result = ScaleResult(
         store=kind,
@@ -277,6 +278,7 @@ async def run_scale(
         store_commits=commits,
         counts_tokens=limits.counts_tokens,
         view_tokens=limits.max_tokens,
+        tokenizer_loaded=tokens.encoding.cache_info().currsize > 0,
         turn_latency_ms=[round(statistics.fmean(turn_times[t]) * 1000, 2) for t in sorted(turn_times)],
         waves=rows,
     )

@@ -28,7 +28,7 @@ import msgspec
 from ..errors import ModelError
 from ..records import Message
 from ..tokens import encoding_for_model
-from .base import ModelEvent, ModelRequest, TextDelta, ToolCallDelta, check_limits
+from .base import OPENAI_CHAT, ModelEvent, ModelRequest, TextDelta, ToolCallDelta, check_limits
 
 __all__ = ["OpenAIChatModel"]
 
@@ -67,6 +67,9 @@ class OpenAIChatModel:
     window; it is not sent to the server) and the token ``encoding``, by default
     the one the model name implies (:func:`dormant.tokens.encoding_for_model`).
     """
+
+    #: the chat format's token overhead, counted by the prompt budget (``SUMMARY_PREFIX`` within it)
+    chat_overhead = OPENAI_CHAT
 
     def __init__(
         self,
