@@ -46,6 +46,7 @@ from .errors import (
     StoreLocked,
     UsageError,
 )
+from .governor_loop import Governor, build_governor
 from .metrics import RuntimeStats
 from .models.base import ModelReply, ModelRequest, collect
 from .records import (
@@ -195,6 +196,7 @@ class Runtime:
             on_result=self.scheduler.wake.set,
             blob_threshold=self.settings.blob_threshold_bytes,
         )
+        self.governor: Governor | None = build_governor(self.settings, self.scheduler, self.store)
         # a store shared by several processes (PostgreSQL) can hint that another
         # process made work ready; the poll stays the truth, the hint only cuts latency
         subscribe = getattr(self.store, "subscribe", None)
@@ -303,6 +305,8 @@ class Runtime:
             asyncio.create_task(self.scheduler.run(self._stop), name="dormant-scheduler"),
             asyncio.create_task(self.dispatcher.run(self._stop), name="dormant-dispatcher"),
         ]
+        if self.governor is not None:
+            loops.append(asyncio.create_task(self.governor.run(self._stop), name="dormant-governor"))
         try:
             with gc_tuned():
                 await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
@@ -399,6 +403,8 @@ class Runtime:
         for item in items:
             if item.kind == "tool_result":
                 raise InvalidInput("post tool results with post_tool_result(), not admit()")
+        if self.governor is not None:
+            self.governor.check_admission()  # Overloaded(retry_after) in a memory emergency
         admissions = await self.store.admit(items)
         self.scheduler.wake.set()
         return admissions
@@ -454,6 +460,8 @@ class Runtime:
     async def run_slice(self, claim: Claim) -> None:
         """Run one slice for ``claim``: load, decide, call, commit. Never raises."""
         started = time.perf_counter()
+        if self.governor is not None:
+            self.governor.sample()  # a slice boundary
         try:
             await self._slice(claim)
         except LeaseLost:

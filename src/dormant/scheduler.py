@@ -56,6 +56,10 @@ class Scheduler:
         """Slices running now."""
         return len(self._running)
 
+    def running(self) -> list[tuple[Claim, asyncio.Task[None]]]:
+        """The running slices as (claim, task): the memory governor cancels them in an emergency."""
+        return list(self._running.values())
+
     def hold(self, seconds: float) -> None:
         """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""
         self._hold_until = max(self._hold_until, time.monotonic() + seconds)

@@ -1,0 +1,378 @@
+"""The memory governor at work: samples RSS and acts on the levels of :mod:`dormant.governor`.
+
+RSS is sampled (psutil) every ``memory_sample_s`` by :meth:`Governor.run` and at
+every slice boundary (:meth:`Governor.sample`). What each level does, through
+narrow handles (:class:`Handles`) so the governor never reaches into the scheduler
+or the store:
+
+- **warn**: logged; the ``on_warn`` callbacks run (retention and checkpoints hook
+  in there).
+- **intervene**: no new thread is claimed (the scheduler's hold, renewed at every
+  sample), the view cache shrinks to a quarter of its budget, the store's page
+  caches are released (``release_memory`` of the store, if it has one), and
+  concurrency is halved until the level is back to OK.
+- **emergency** and **hard**: running slices are cancelled (their inputs stay
+  pending: the thread's lease is released and it is claimed again later, nothing
+  is lost), admissions are refused with :class:`~dormant.errors.Overloaded` and a
+  ``retry_after``, the view cache is emptied, then ``gc.collect()`` and glibc's
+  ``malloc_trim(0)`` give freed memory back to the system. Over the hard limit the
+  process stays read-only this way until RSS falls below it (less the hysteresis).
+
+The governor cannot pre-empt code that allocates without yielding to the event
+loop: a tool that allocates 1 GB in one call is over the limit before any sample
+sees it. It bounds what is built up across awaits and across slices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import gc
+import inspect
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .cache import ViewCache
+from .config import Settings
+from .errors import LeaseLost, NotFound, Overloaded
+from .governor import MIB, GovernorState, Level, Policy, Transition
+from .records import Claim
+from .scheduler import Scheduler
+from .store.base import Store
+
+log = logging.getLogger("dormant.governor")
+
+#: cgroup v1 reports "no limit" as a huge number (a page-rounded 2**63-1).
+_CGROUP_V1_UNLIMITED = 1 << 60
+
+
+def rss_bytes() -> int:
+    """This process's resident set size, in bytes."""
+    return int(psutil.Process().memory_info().rss)
+
+
+def cgroup_limit(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc/self/cgroup")) -> int | None:
+    """The memory limit of this process's cgroup (v2 ``memory.max``, else v1), or None."""
+    candidates: list[Path] = []
+    with contextlib.suppress(OSError):
+        for line in proc.read_text().splitlines():
+            hierarchy, controllers, path = line.split(":", 2)
+            if hierarchy == "0":  # v2: the unified hierarchy
+                candidates.append(root / path.lstrip("/") / "memory.max")
+            elif "memory" in controllers.split(","):
+                candidates.append(root / "memory" / path.lstrip("/") / "memory.limit_in_bytes")
+    candidates += [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]
+    for candidate in candidates:
+        try:
+            text = candidate.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        with contextlib.suppress(ValueError):
+            value = int(text)
+            return value if 0 < value < _CGROUP_V1_UNLIMITED else None
+    return None
+
+
+def detect_limit(configured: int = 0) -> tuple[int, str]:
+    """The hard memory limit in bytes and where it came from: ``configured`` (if > 0,
+    from ``DORMANT_MEMORY_LIMIT``), else the cgroup, else the machine's RAM."""
+    if configured > 0:
+        return configured, "DORMANT_MEMORY_LIMIT"
+    cgroup = cgroup_limit()
+    ram = int(psutil.virtual_memory().total)
+    if cgroup is not None and cgroup < ram:
+        return cgroup, "cgroup"
+    return ram, "ram"
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once (``find_library`` may spawn processes)."""
+    if os.name != "posix":
+        return None
+    for name in ("libc.so.6", ctypes.util.find_library("c")):
+        if not name:
+            continue
+        try:
+            trim = ctypes.CDLL(name).malloc_trim
+        except (OSError, AttributeError):
+            continue
+        trim.argtypes = [ctypes.c_size_t]
+        trim.restype = ctypes.c_int
+        return trim
+    return None
+
+
+def malloc_trim() -> bool:
+    """Ask glibc to return freed heap memory to the system; False where there is no glibc."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@dataclass(slots=True)
+class Handles:
+    """What the governor may do to the runtime; each handle is optional."""
+
+    hold: Callable[[float], None] | None = None
+    set_concurrency: Callable[[int], None] | None = None
+    base_concurrency: int = 1
+    cancel_slices: Callable[[], int] | None = None
+    cache: ViewCache | None = None
+    release_store_memory: Callable[[], object] | None = None
+    on_warn: list[Callable[[Transition], None]] = field(default_factory=list)
+
+
+class SliceShedder:
+    """Cancels running slices and gives their leases back, so their inputs are claimed
+    again ``retry_s`` later (nothing committed, nothing lost).
+
+    ``running`` lists the running slices (claim, task); ``release`` gives a lease back
+    with a retry time. A slice that committed before its cancellation landed is left
+    alone (its release finds the lease gone). Holds at most one task per running slice.
+    """
+
+    def __init__(
+        self,
+        running: Callable[[], list[tuple[Claim, asyncio.Task[None]]]],
+        release: Callable[[Claim, float], Awaitable[None]],
+        *,
+        retry_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.running = running
+        self.release = release
+        self.retry_s = retry_s
+        self.clock = clock
+        self.cancelled = 0
+        self._releasing: set[asyncio.Task[None]] = set()
+
+    def __call__(self) -> int:
+        """Cancel every running slice; return how many were cancelled."""
+        count = 0
+        for claim, task in self.running():
+            if task.done() or task.cancelling():
+                continue
+            task.cancel()
+            count += 1
+            releaser = asyncio.create_task(self._give_back(claim, task), name=f"shed:{claim.thread_id}")
+            self._releasing.add(releaser)
+            releaser.add_done_callback(self._releasing.discard)
+        self.cancelled += count
+        return count
+
+    async def _give_back(self, claim: Claim, task: asyncio.Task[None]) -> None:
+        await asyncio.wait([task])
+        try:
+            await self.release(claim, self.clock() + self.retry_s)
+        except (LeaseLost, NotFound):
+            pass  # it committed (or was deleted) before the cancellation landed
+        except Exception as exc:  # the lease expires by itself; the inputs stay pending
+            log.error(
+                "slice_shed_release_failed",
+                extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
+            )
+
+
+class Governor:
+    """Samples RSS and applies the levels of a :class:`GovernorState` through ``handles``."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        handles: Handles,
+        *,
+        sample_s: float = 0.1,
+        retry_after_s: float = 5.0,
+        rss: Callable[[], int] = rss_bytes,
+        clock: Callable[[], float] = time.monotonic,
+        source: str = "configured",
+    ) -> None:
+        self.state = GovernorState(policy)
+        self.handles = handles
+        self.sample_s = sample_s
+        self.retry_after_s = retry_after_s
+        self.source = source
+        self._rss = rss
+        self._clock = clock
+        self._cache_budget = handles.cache.max_bytes if handles.cache is not None else 0
+        self.admissions_refused = 0
+        self._pending: set[asyncio.Future[object]] = set()  # at most one store release at a time
+        self.samples = 0
+        self.max_rss = 0
+
+    @property
+    def level(self) -> Level:
+        """The current level."""
+        return self.state.level
+
+    def check_admission(self) -> None:
+        """Raise :class:`Overloaded` (with ``retry_after``) while at emergency or over the hard limit."""
+        if self.state.level >= Level.EMERGENCY:
+            self.admissions_refused += 1
+            s = self.state
+            raise Overloaded(
+                f"memory {s.level.name.lower()}: RSS {s.rss} of {s.soft_limit} bytes (hard limit "
+                f"{s.hard_limit}); retry in {self.retry_after_s:g}s",
+                retry_after=self.retry_after_s,
+            )
+
+    def sample(self) -> Level:
+        """Sample RSS now, act on any change of level, return the level."""
+        rss = self._rss()
+        self.samples += 1
+        self.max_rss = max(self.max_rss, rss)
+        before = self.state.level
+        for transition in self.state.observe(self._clock(), rss):
+            self._log(transition)
+        self._act(before, self.state.level)
+        return self.state.level
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sample every ``sample_s`` until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                self.sample()
+            except Exception as exc:  # a failed sample must not end the runtime
+                log.error("memory_sample_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.sample_s)
+
+    def _log(self, t: Transition) -> None:
+        worse = t.after > t.before or t.event == "memory_soft_limit"
+        log.log(
+            logging.WARNING if worse else logging.INFO,
+            t.event,
+            extra={
+                "before": t.before.name.lower(),
+                "after": t.after.name.lower(),
+                "rss_bytes": t.rss,
+                "soft_limit_bytes": t.soft_limit,
+                "hard_limit_bytes": t.hard_limit,
+                "growth_bytes_per_min": round(t.growth_bytes_per_min),
+            },
+        )
+        if t.event == "memory_level" and t.after == Level.WARN and t.before < Level.WARN:
+            for callback in self.handles.on_warn:
+                try:
+                    callback(t)
+                except Exception as exc:
+                    log.error("memory_warn_hook_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+
+    def _act(self, before: Level, level: Level) -> None:
+        h = self.handles
+        if level >= Level.INTERVENE and h.hold is not None:
+            h.hold(max(2 * self.sample_s, 0.05))
+        if level >= Level.EMERGENCY and h.cancel_slices is not None:
+            h.cancel_slices()  # every sample: a claim in flight at entry may start a slice after
+        if level == before:
+            return
+        if level >= Level.INTERVENE > before:
+            self._resize_cache(self._cache_budget // 4)
+            self._release_store_memory()
+            if h.set_concurrency is not None:
+                h.set_concurrency(max(1, h.base_concurrency // 2))
+        if level >= Level.EMERGENCY > before:
+            self._resize_cache(0)
+            gc.collect()
+            malloc_trim()
+        elif before >= Level.EMERGENCY > level:
+            self._resize_cache(self._cache_budget // 4)
+        if level < Level.INTERVENE <= before:
+            self._resize_cache(self._cache_budget)
+        if level == Level.OK and h.set_concurrency is not None:
+            h.set_concurrency(h.base_concurrency)
+
+    def _resize_cache(self, budget: int) -> None:
+        if self.handles.cache is not None:
+            self.handles.cache.resize(budget)
+
+    def _release_store_memory(self) -> None:
+        release = self.handles.release_store_memory
+        if release is None:
+            return
+        try:
+            result = release()
+            if inspect.isawaitable(result) and not self._pending:
+                task = asyncio.ensure_future(result)
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
+                task.add_done_callback(_log_release_failure)
+        except Exception as exc:
+            log.error("store_release_memory_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+
+
+def release_sqlite_memory(*connections: object) -> int:
+    """Free what SQLite can of the page caches of ``connections`` (apsw ``release_memory``,
+    i.e. ``sqlite3_db_release_memory``); returns how many were released. The store hook
+    (``Store.release_memory``) calls this with its own connections."""
+    released = 0
+    for conn in connections:
+        release = getattr(conn, "release_memory", None)
+        if callable(release):
+            release()
+            released += 1
+    return released
+
+
+def _log_release_failure(task: asyncio.Future[object]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        exc = task.exception()
+        log.error("store_release_memory_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+
+
+def build_governor(settings: Settings, scheduler: Scheduler, store: Store) -> Governor | None:
+    """The governor of a runtime from ``settings`` (None when ``memory_governor`` is off),
+    wired to ``scheduler`` (hold, concurrency, cancel) and ``store`` (its view cache,
+    its ``release_memory`` hook if it has one, lease release)."""
+    if not settings.memory_governor:
+        return None
+    limit, source = detect_limit(settings.memory_limit)
+    policy = Policy(
+        hard_limit=limit,
+        warn=settings.memory_warn,
+        intervene=settings.memory_intervene,
+        emergency=settings.memory_emergency,
+        hysteresis=settings.memory_hysteresis,
+        soft_step=settings.memory_soft_step,
+        soft_min=settings.memory_soft_min,
+        growth_bytes_per_min=settings.memory_growth_mb_per_min * MIB,
+        growth_window_s=settings.memory_growth_window_s,
+    )
+
+    async def release(claim: Claim, retry_at: float) -> None:
+        await store.release(claim, retry_at=retry_at)
+
+    def set_concurrency(n: int) -> None:
+        scheduler.concurrency = n
+
+    cache = getattr(store, "views", None)
+    hook = getattr(store, "release_memory", None)
+    handles = Handles(
+        hold=scheduler.hold,
+        set_concurrency=set_concurrency,
+        base_concurrency=scheduler.concurrency,
+        cancel_slices=SliceShedder(scheduler.running, release, retry_s=settings.memory_retry_after_s),
+        cache=cache if isinstance(cache, ViewCache) else None,
+        release_store_memory=hook if callable(hook) else None,
+    )
+    return Governor(
+        policy,
+        handles,
+        sample_s=settings.memory_sample_s,
+        retry_after_s=settings.memory_retry_after_s,
+        source=source,
+    )
