@@ -51,6 +51,7 @@ from .cli_history import export, show
 from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
+from .logs import JsonFormatter, fields
 from .records import Priority
 from .runtime import Runtime
 
@@ -127,14 +128,11 @@ async def close_models(agents: Sequence[Agent]) -> None:
                 await result
 
 
-_RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
-
-
 class EventFormatter(logging.Formatter):
     """``time level logger event key=value ...``: the event name, then the record's extras."""
 
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(f"{k}={v!r}" for k, v in record.__dict__.items() if k not in _RECORD_FIELDS)
+        extras = " ".join(f"{k}={v!r}" for k, v in fields(record).items())
         stamp = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         line = f"{stamp} {record.levelname.lower()} {record.name} {record.getMessage()}"
         if extras:
@@ -153,10 +151,17 @@ class LogLevel(StrEnum):
     error = "error"
 
 
-def setup_logging(level: str) -> None:
-    """Send dormant's structured logs to stderr at ``level``."""
+class LogFormat(StrEnum):
+    """Formats accepted by ``--log-format``."""
+
+    text = "text"
+    json = "json"
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Send dormant's structured logs to stderr at ``level``, as text or JSON lines."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(EventFormatter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else EventFormatter())
     root = logging.getLogger("dormant")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -174,9 +179,18 @@ def main_options(
             help="Level of the structured logs written to stderr.",
         ),
     ] = LogLevel.warning,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            envvar="DORMANT_LOG_FORMAT",
+            case_sensitive=False,
+            help="text, or json: one object a line with thread, slice and call ids.",
+        ),
+    ] = LogFormat.text,
 ) -> None:
     """Host very many long-lived LLM agent sessions; memory is bounded by the work in flight."""
-    setup_logging(log_level.value)
+    setup_logging(log_level.value, log_format.value)
 
 
 # -- commands ------------------------------------------------------------------------------

@@ -88,6 +88,9 @@ class Settings(BaseModel):
     memory_retry_after_s: float = Field(
         5.0, gt=0, le=3600, description="retry hint of admissions refused for memory"
     )
+    memory_recover_s: float = Field(
+        1.0, gt=0, le=3600, description="at OK, concurrency climbs back by 1/8 every this many seconds"
+    )
     memory_growth_mb_per_min: float = Field(
         50.0, gt=0, description="RSS growth over the window that lowers the soft limit"
     )

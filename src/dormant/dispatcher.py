@@ -32,7 +32,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from . import blobs
+from . import blobs, logs
 from .agent import Agent
 from .errors import DormantError, Overloaded, SchemaError, StoreError, ToolError
 from .metrics import RuntimeStats
@@ -175,6 +175,7 @@ class Dispatcher:
                 waiter.cancel()
 
     async def _run_call(self, entry: OutboxEntry, deadline: float) -> None:
+        logs.bind(thread_id=entry.thread_id, call_id=entry.call_id)  # on every record of this call
         outcome = await self.execute(entry)
         held = await self._record(entry, outcome, deadline)
         if held is None:

@@ -10,7 +10,9 @@ or the store:
 - **intervene**: no new thread is claimed (the scheduler's hold, renewed at every
   sample), the view cache shrinks to a quarter of its budget, the store's page
   caches are released (``release_memory`` of the store, if it has one), and
-  concurrency is halved until the level is back to OK.
+  concurrency is halved (halved again on entering emergency). Back at OK it climbs
+  by an eighth of its configured value every ``recover_s``: restoring it at once
+  would start as many slices as caused the pressure, and cancel them again.
 - **emergency** and **hard**: running slices are cancelled (their inputs stay
   pending: the thread's lease is released and it is claimed again later, nothing
   is lost), admissions are refused with :class:`~dormant.errors.Overloaded` and a
@@ -197,6 +199,7 @@ class Governor:
         *,
         sample_s: float = 0.1,
         retry_after_s: float = 5.0,
+        recover_s: float = 1.0,
         rss: Callable[[], int] = rss_bytes,
         clock: Callable[[], float] = time.monotonic,
         source: str = "configured",
@@ -205,7 +208,10 @@ class Governor:
         self.handles = handles
         self.sample_s = sample_s
         self.retry_after_s = retry_after_s
+        self.recover_s = recover_s
         self.source = source
+        self.concurrency = handles.base_concurrency  # what the scheduler is allowed now
+        self._recovered_at = float("-inf")
         self._rss = rss
         self._clock = clock
         self._cache_budget = handles.cache.max_bytes if handles.cache is not None else 0
@@ -278,14 +284,16 @@ class Governor:
             h.hold(max(2 * self.sample_s, 0.05))
         if level >= Level.EMERGENCY and h.cancel_slices is not None:
             h.cancel_slices()  # every sample: a claim in flight at entry may start a slice after
+        if level == Level.OK and self.concurrency < h.base_concurrency:
+            self._recover()
         if level == before:
             return
         if level >= Level.INTERVENE > before:
             self._resize_cache(self._cache_budget // 4)
             self._release_store_memory()
-            if h.set_concurrency is not None:
-                h.set_concurrency(max(1, h.base_concurrency // 2))
+            self._set_concurrency(self.concurrency // 2)
         if level >= Level.EMERGENCY > before:
+            self._set_concurrency(self.concurrency // 2)
             self._resize_cache(0)
             gc.collect()
             malloc_trim()
@@ -293,8 +301,22 @@ class Governor:
             self._resize_cache(self._cache_budget // 4)
         if level < Level.INTERVENE <= before:
             self._resize_cache(self._cache_budget)
-        if level == Level.OK and h.set_concurrency is not None:
-            h.set_concurrency(h.base_concurrency)
+
+    def _recover(self) -> None:
+        """At OK, concurrency climbs back by an eighth of its configured value per
+        ``recover_s`` (halved on entering intervene and again on entering emergency):
+        restoring it at once would start as many slices as caused the pressure."""
+        now = self._clock()
+        if now - self._recovered_at >= self.recover_s:
+            self._recovered_at = now
+            base = self.handles.base_concurrency
+            self._set_concurrency(min(base, self.concurrency + max(1, base // 8)))
+
+    def _set_concurrency(self, n: int) -> None:
+        self.concurrency = max(1, n)
+        self._recovered_at = self._clock()  # the next climb waits a full recover_s
+        if self.handles.set_concurrency is not None:
+            self.handles.set_concurrency(self.concurrency)
 
     def _resize_cache(self, budget: int) -> None:
         if self.handles.cache is not None:
@@ -374,5 +396,6 @@ def build_governor(settings: Settings, scheduler: Scheduler, store: Store) -> Go
         handles,
         sample_s=settings.memory_sample_s,
         retry_after_s=settings.memory_retry_after_s,
+        recover_s=settings.memory_recover_s,
         source=source,
     )

@@ -31,7 +31,7 @@ from types import TracebackType
 
 import msgspec
 
-from . import blobs, compaction
+from . import blobs, compaction, logs
 from .agent import Agent
 from .blobs import ToolOutput
 from .config import Settings
@@ -460,6 +460,7 @@ class Runtime:
     async def run_slice(self, claim: Claim) -> None:
         """Run one slice for ``claim``: load, decide, call, commit. Never raises."""
         started = time.perf_counter()
+        logs.bind(thread_id=claim.thread_id, slice_id=claim.token)  # on every record of this slice
         if self.governor is not None:
             self.governor.sample()  # a slice boundary
         try:
