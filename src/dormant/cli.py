@@ -234,9 +234,25 @@ def run(
             "More hosts: run `dormant run` on each, pointed at the same PostgreSQL database.",
         ),
     ] = 1,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            envvar="DORMANT_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; one worker).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option("--metrics-host", envvar="DORMANT_METRICS_HOST", help="Address of --metrics-port."),
+    ] = "127.0.0.1",
 ) -> None:
     """Run the agents until SIGINT/SIGTERM (running slices finish) or, with --until-idle, until idle."""
     if workers > 1:
+        if metrics_port is not None:
+            fail(UsageError("--metrics-port serves one process: run workers with --workers 1 each"))
         run_workers(store, workers, until_idle, concurrency, app_spec, model, base_url, system)
         return
 
@@ -245,7 +261,14 @@ def run(
         agents = agents_for(app_spec, model, base_url, system)
         try:
             async with Runtime(settings.store, agents, settings=settings) as rt:
-                await serve(rt, until_idle=until_idle)
+                if metrics_port is None:
+                    await serve(rt, until_idle=until_idle)
+                    return
+                from .exporter import Exporter, serving
+
+                async with serving(Exporter(rt), metrics_port, metrics_host) as port:
+                    err.print(f"metrics at http://{metrics_host}:{port}/metrics", style="dim")
+                    await serve(rt, until_idle=until_idle)
         finally:
             await close_models(agents)
 

@@ -176,7 +176,9 @@ class Dispatcher:
 
     async def _run_call(self, entry: OutboxEntry, deadline: float) -> None:
         logs.bind(thread_id=entry.thread_id, call_id=entry.call_id)  # on every record of this call
+        started = time.perf_counter()
         outcome = await self.execute(entry)
+        self.stats.tool_latency.add(time.perf_counter() - started)
         held = await self._record(entry, outcome, deadline)
         if held is None:
             return

@@ -515,6 +515,7 @@ class Runtime:
 
     async def _complete(self, agent: Agent, request: ModelRequest) -> ModelReply:
         """One model call under the model timeout."""
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.model_timeout_s):
                 reply = await collect(agent.model.stream(request))
@@ -522,6 +523,7 @@ class Runtime:
             timeout = self.settings.model_timeout_s
             raise ModelError(f"the model did not answer within {timeout:g}s") from None
         self.stats.completions += 1
+        self.stats.model_latency.add(time.perf_counter() - started)
         return reply
 
     async def _compact(
@@ -569,6 +571,7 @@ class Runtime:
             blobs=self.store,
             blob_threshold=self.settings.blob_threshold_bytes,
         )
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(call.spec.timeout):
                 output = await call.spec.run(call.args, ctx)
@@ -579,6 +582,8 @@ class Runtime:
             return InlineResult(call=call.call, content=f"error: timed out after {call.spec.timeout:g}s")
         except Exception as exc:  # the model hears about a tool's failure
             return InlineResult(call=call.call, content=f"error: {type(exc).__name__}: {exc}")
+        finally:
+            self.stats.tool_latency.add(time.perf_counter() - started)
         return InlineResult(
             call=call.call,
             content=content,
