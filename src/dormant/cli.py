@@ -1,4 +1,5 @@
 """The ``dormant`` command line: init, run, send, chat, threads, show, export, status, retry, doctor,
+backup, restore (in :mod:`dormant.cli_backup`),
 demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, shared plumbing in
 :mod:`dormant.cli_base`).
 
@@ -34,6 +35,7 @@ from rich.text import Text
 
 from .agent import Agent
 from .app import DEFAULT_BASE_URL, SCRIPTED, load_agents
+from .cli_backup import backup, restore
 from .cli_base import (
     LimitOpt,
     MaxCharsOpt,
@@ -594,6 +596,8 @@ def threads(
 # history commands live in cli_history; registered here to keep the order of `--help`
 app.command()(show)
 app.command()(export)
+app.command()(backup)
+app.command()(restore)
 
 
 @app.command()
