@@ -57,9 +57,19 @@ log = logging.getLogger("dormant.governor")
 _CGROUP_V1_UNLIMITED = 1 << 60
 
 
+@functools.cache
+def _process(pid: int) -> psutil.Process:
+    return psutil.Process(pid)
+
+
 def rss_bytes() -> int:
-    """This process's resident set size, in bytes."""
-    return int(psutil.Process().memory_info().rss)
+    """This process's resident set size, in bytes (one read of ``/proc/self/statm``)."""
+    return int(_process(os.getpid()).memory_info().rss)  # by pid: right after a fork too
+
+
+#: A slice boundary samples only if the last sample is older than this (seconds): a
+#: sample costs ~40 us, and thousands of slices a second would pay it for nothing.
+BOUNDARY_GAP_S = 0.005
 
 
 def cgroup_limit(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc/self/cgroup")) -> int | None:
@@ -219,6 +229,7 @@ class Governor:
         self._pending: set[asyncio.Future[object]] = set()  # at most one store release at a time
         self.samples = 0
         self.max_rss = 0
+        self._sampled_at = float("-inf")
 
     @property
     def level(self) -> Level:
@@ -236,8 +247,15 @@ class Governor:
                 retry_after=self.retry_after_s,
             )
 
+    def sample_if_due(self) -> Level:
+        """At a slice boundary: :meth:`sample` unless one ran in the last :data:`BOUNDARY_GAP_S`."""
+        if time.monotonic() - self._sampled_at < BOUNDARY_GAP_S:
+            return self.state.level
+        return self.sample()
+
     def sample(self) -> Level:
         """Sample RSS now, act on any change of level, return the level."""
+        self._sampled_at = time.monotonic()
         rss = self._rss()
         self.samples += 1
         self.max_rss = max(self.max_rss, rss)

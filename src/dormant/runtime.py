@@ -462,7 +462,7 @@ class Runtime:
         started = time.perf_counter()
         logs.bind(thread_id=claim.thread_id, slice_id=claim.token)  # on every record of this slice
         if self.governor is not None:
-            self.governor.sample()  # a slice boundary
+            self.governor.sample_if_due()  # a slice boundary
         try:
             await self._slice(claim)
         except LeaseLost:

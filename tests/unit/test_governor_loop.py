@@ -219,3 +219,15 @@ def test_sqlite_page_caches_are_released() -> None:
     conn = apsw.Connection(":memory:")
     conn.execute("CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(100000))")
     assert release_sqlite_memory(conn, object()) == 1
+
+
+def test_slice_boundaries_sample_at_most_once_per_gap() -> None:
+    f = Fakes()
+    g = governor(f)
+    f.rss = 100 * MIB
+    for _ in range(1000):
+        g.sample_if_due()
+    assert g.samples == 1  # a thousand boundaries within the gap: one sample
+    f.rss = 950 * MIB
+    g.sample()  # the timer always samples
+    assert g.samples == 2 and g.level is Level.EMERGENCY
