@@ -572,6 +572,7 @@ class Runtime:
             blob_threshold=self.settings.blob_threshold_bytes,
         )
         started = time.perf_counter()
+        logs.bind(call_id=call.call.id)
         try:
             async with asyncio.timeout(call.spec.timeout):
                 output = await call.spec.run(call.args, ctx)
@@ -584,6 +585,7 @@ class Runtime:
             return InlineResult(call=call.call, content=f"error: {type(exc).__name__}: {exc}")
         finally:
             self.stats.tool_latency.add(time.perf_counter() - started)
+            logs.bind(call_id=None)
         return InlineResult(
             call=call.call,
             content=content,
