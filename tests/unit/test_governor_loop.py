@@ -231,3 +231,32 @@ def test_slice_boundaries_sample_at_most_once_per_gap() -> None:
     f.rss = 950 * MIB
     g.sample()  # the timer always samples
     assert g.samples == 2 and g.level is Level.EMERGENCY
+
+
+def test_memory_settings_take_sizes_and_refuse_unordered_levels() -> None:
+    from dormant.config import Settings
+    from dormant.errors import UsageError
+
+    assert Settings.build(memory_limit="512M").memory_limit == 512 * MIB
+    assert Settings.build(memory_limit="1.5GiB").memory_limit == 1536 * MIB
+    assert Settings.build(memory_limit=1234).memory_limit == 1234
+    for bad in ({"memory_limit": "lots"}, {"memory_warn": 0.8}, {"memory_hysteresis": 0.7}):
+        with pytest.raises(UsageError):
+            Settings.build(**bad)
+
+
+async def test_a_runtime_builds_its_governor_from_settings() -> None:
+    from dormant import Agent, Runtime
+    from dormant.config import Settings
+    from dormant.models import echo_model
+
+    agents = [Agent(name="a", model=echo_model())]
+    on = Settings.build(memory_limit="2G", memory_emergency=0.8, concurrency=16)
+    rt = Runtime("memory://", agents, settings=on)
+    assert rt.governor is not None
+    assert rt.governor.state.hard_limit == 2048 * MIB
+    assert rt.governor.state.threshold(Level.EMERGENCY) == int(2048 * MIB * 0.8)
+    assert rt.governor.handles.base_concurrency == 16
+    assert rt.governor.source == "DORMANT_MEMORY_LIMIT"
+    off = Runtime("memory://", agents, settings=Settings.build(memory_governor=False))
+    assert off.governor is None
