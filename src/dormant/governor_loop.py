@@ -9,7 +9,7 @@ or the store:
   in there).
 - **intervene**: no new thread is claimed (the scheduler's hold, renewed at every
   sample), the view cache shrinks to a quarter of its budget, the store's page
-  caches are released (``release_memory`` of the store, if it has one), and
+  caches are released (``Store.release_memory``), and
   concurrency is halved (halved again on entering emergency). Back at OK it climbs
   by an eighth of its configured value every ``recover_s``: restoring it at once
   would start as many slices as caused the pressure, and cancel them again.
@@ -355,29 +355,19 @@ class Governor:
             log.error("store_release_memory_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
 
-def release_sqlite_memory(*connections: object) -> int:
-    """Free what SQLite can of the page caches of ``connections`` (apsw ``release_memory``,
-    i.e. ``sqlite3_db_release_memory``); returns how many were released. The store hook
-    (``Store.release_memory``) calls this with its own connections."""
-    released = 0
-    for conn in connections:
-        release = getattr(conn, "release_memory", None)
-        if callable(release):
-            release()
-            released += 1
-    return released
-
-
 def _log_release_failure(task: asyncio.Future[object]) -> None:
     if not task.cancelled() and task.exception() is not None:
         exc = task.exception()
         log.error("store_release_memory_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
 
-def build_governor(settings: Settings, scheduler: Scheduler, store: Store) -> Governor | None:
+def build_governor(
+    settings: Settings, scheduler: Scheduler, store: Store, clock: Callable[[], float] = time.time
+) -> Governor | None:
     """The governor of a runtime from ``settings`` (None when ``memory_governor`` is off),
-    wired to ``scheduler`` (hold, concurrency, cancel) and ``store`` (its view cache,
-    its ``release_memory`` hook if it has one, lease release)."""
+    wired to ``scheduler`` (hold, concurrency, cancel) and ``store`` (its view cache
+    ``views``, :meth:`~dormant.store.base.Store.release_memory`, lease release, with
+    retry times read from ``clock``, the runtime's)."""
     if not settings.memory_governor:
         return None
     limit, source = detect_limit(settings.memory_limit)
@@ -399,15 +389,15 @@ def build_governor(settings: Settings, scheduler: Scheduler, store: Store) -> Go
     def set_concurrency(n: int) -> None:
         scheduler.concurrency = n
 
-    cache = getattr(store, "views", None)
-    hook = getattr(store, "release_memory", None)
     handles = Handles(
         hold=scheduler.hold,
         set_concurrency=set_concurrency,
         base_concurrency=scheduler.concurrency,
-        cancel_slices=SliceShedder(scheduler.running, release, retry_s=settings.memory_retry_after_s),
-        cache=cache if isinstance(cache, ViewCache) else None,
-        release_store_memory=hook if callable(hook) else None,
+        cancel_slices=SliceShedder(
+            scheduler.running, release, retry_s=settings.memory_retry_after_s, clock=clock
+        ),
+        cache=store.views,
+        release_store_memory=store.release_memory,
     )
     return Governor(
         policy,
