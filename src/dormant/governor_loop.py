@@ -164,13 +164,16 @@ class SliceShedder:
         *,
         retry_s: float,
         clock: Callable[[], float] = time.time,
+        reclaim: Callable[[], object] | None = None,
     ) -> None:
         self.running = running
+        self.reclaim = reclaim if reclaim is not None else reclaim_memory
         self.release = release
         self.retry_s = retry_s
         self.clock = clock
         self.cancelled = 0
         self._releasing: set[asyncio.Task[None]] = set()
+        self._unwinding = 0  # shed slices not yet ended
 
     def __call__(self) -> int:
         """Cancel every running slice; return how many were cancelled."""
@@ -180,6 +183,7 @@ class SliceShedder:
                 continue
             task.cancel()
             count += 1
+            self._unwinding += 1
             releaser = asyncio.create_task(self._give_back(claim, task), name=f"shed:{claim.thread_id}")
             self._releasing.add(releaser)
             releaser.add_done_callback(self._releasing.discard)
@@ -188,6 +192,13 @@ class SliceShedder:
 
     async def _give_back(self, claim: Claim, task: asyncio.Task[None]) -> None:
         await asyncio.wait([task])
+        del task
+        self._unwinding -= 1
+        if not self._unwinding:
+            # the last shed slice has unwound: what it held is garbage now, but a
+            # cancelled frame sits in reference cycles (exception, traceback, frame) that
+            # only a collection frees; the collection on entering emergency ran too early
+            self.reclaim()
         try:
             await self.release(claim, self.clock() + self.retry_s)
         except (LeaseLost, NotFound):
@@ -353,6 +364,12 @@ class Governor:
                 task.add_done_callback(_log_release_failure)
         except Exception as exc:
             log.error("store_release_memory_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+
+
+def reclaim_memory() -> None:
+    """Collect cyclic garbage and give freed heap back to the system (``malloc_trim``)."""
+    gc.collect()
+    malloc_trim()
 
 
 def _log_release_failure(task: asyncio.Future[object]) -> None:

@@ -180,7 +180,14 @@ async def test_shed_slices_are_cancelled_and_their_leases_given_back() -> None:
             raise LeaseLost("committed first")
         released.append((c.thread_id, retry_at))
 
-    shed = SliceShedder(lambda: running, release, retry_s=3.0, clock=lambda: 100.0)
+    reclaims: list[int] = []
+    shed = SliceShedder(
+        lambda: running,
+        release,
+        retry_s=3.0,
+        clock=lambda: 100.0,
+        reclaim=lambda: reclaims.append(len(running)),
+    )
     await started.wait()
     assert shed() == 2
     assert shed() == 0  # already cancelling
@@ -188,6 +195,9 @@ async def test_shed_slices_are_cancelled_and_their_leases_given_back() -> None:
     assert all(task.cancelled() for _, task in running)
     assert released == [("t1", 103.0)]
     assert shed.cancelled == 2
+    # once the last shed slice unwound, its cyclic garbage (frames held by the
+    # cancellation's traceback) was collected: once, not per slice
+    assert reclaims == [2]
 
 
 def test_cgroup_v2_and_v1_limits_are_read(tmp_path: Path) -> None:
