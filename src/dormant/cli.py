@@ -1,4 +1,5 @@
 """The ``dormant`` command line: init, run, send, chat, threads, show, export, status, retry, doctor,
+backup, restore (in :mod:`dormant.cli_backup`),
 demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, shared plumbing in
 :mod:`dormant.cli_base`).
 
@@ -34,6 +35,7 @@ from rich.text import Text
 
 from .agent import Agent
 from .app import DEFAULT_BASE_URL, SCRIPTED, load_agents
+from .cli_backup import backup, restore
 from .cli_base import (
     LimitOpt,
     MaxCharsOpt,
@@ -51,6 +53,7 @@ from .cli_history import export, show
 from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
+from .logs import JsonFormatter, fields
 from .records import Priority
 from .runtime import Runtime
 from .store import open_store
@@ -129,14 +132,11 @@ async def close_models(agents: Sequence[Agent]) -> None:
                 await result
 
 
-_RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
-
-
 class EventFormatter(logging.Formatter):
     """``time level logger event key=value ...``: the event name, then the record's extras."""
 
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(f"{k}={v!r}" for k, v in record.__dict__.items() if k not in _RECORD_FIELDS)
+        extras = " ".join(f"{k}={v!r}" for k, v in fields(record).items())
         stamp = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         line = f"{stamp} {record.levelname.lower()} {record.name} {record.getMessage()}"
         if extras:
@@ -155,10 +155,17 @@ class LogLevel(StrEnum):
     error = "error"
 
 
-def setup_logging(level: str) -> None:
-    """Send dormant's structured logs to stderr at ``level``."""
+class LogFormat(StrEnum):
+    """Formats accepted by ``--log-format``."""
+
+    text = "text"
+    json = "json"
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Send dormant's structured logs to stderr at ``level``, as text or JSON lines."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(EventFormatter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else EventFormatter())
     root = logging.getLogger("dormant")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -176,9 +183,18 @@ def main_options(
             help="Level of the structured logs written to stderr.",
         ),
     ] = LogLevel.warning,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            envvar="DORMANT_LOG_FORMAT",
+            case_sensitive=False,
+            help="text, or json: one object a line with thread, slice and call ids.",
+        ),
+    ] = LogFormat.text,
 ) -> None:
     """Host very many long-lived LLM agent sessions; memory is bounded by the work in flight."""
-    setup_logging(log_level.value)
+    setup_logging(log_level.value, log_format.value)
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -225,9 +241,25 @@ def run(
             "More hosts: run `dormant run` on each, pointed at the same PostgreSQL database.",
         ),
     ] = 1,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            envvar="DORMANT_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; one worker).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option("--metrics-host", envvar="DORMANT_METRICS_HOST", help="Address of --metrics-port."),
+    ] = "127.0.0.1",
 ) -> None:
     """Run the agents until SIGINT/SIGTERM (running slices finish) or, with --until-idle, until idle."""
     if workers > 1:
+        if metrics_port is not None:
+            fail(UsageError("--metrics-port serves one process: run workers with --workers 1 each"))
         run_workers(store, workers, until_idle, concurrency, app_spec, model, base_url, system)
         return
 
@@ -236,7 +268,14 @@ def run(
         agents = agents_for(app_spec, model, base_url, system)
         try:
             async with Runtime(settings.store, agents, settings=settings) as rt:
-                await serve(rt, until_idle=until_idle)
+                if metrics_port is None:
+                    await serve(rt, until_idle=until_idle)
+                    return
+                from .exporter import Exporter, serving
+
+                async with serving(Exporter(rt), metrics_port, metrics_host) as port:
+                    err.print(f"metrics at http://{metrics_host}:{port}/metrics", style="dim")
+                    await serve(rt, until_idle=until_idle)
         finally:
             await close_models(agents)
 
@@ -570,6 +609,8 @@ def threads(
 # history commands live in cli_history; registered here to keep the order of `--help`
 app.command()(show)
 app.command()(export)
+app.command()(backup)
+app.command()(restore)
 
 
 @app.command()

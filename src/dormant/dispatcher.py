@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from . import blobs
+from . import blobs, logs
 from .agent import Agent
 from .errors import DormantError, Overloaded, SchemaError, StoreError, ToolError
 from .metrics import RuntimeStats
@@ -137,7 +137,10 @@ class Dispatcher:
                 waiter.cancel()
 
     async def _run_call(self, entry: OutboxEntry, deadline: float) -> None:
+        logs.bind(thread_id=entry.thread_id, call_id=entry.call_id)  # on every record of this call
+        started = time.perf_counter()
         outcome = await self.execute(entry)
+        self.stats.tool_latency.add(time.perf_counter() - started)
         held = await self._record(entry, outcome, deadline)
         if held is None:
             return

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from . import budget, compaction, context
+from . import budget, compaction, context, logs
 from .agent import Agent
 from .config import Settings
 from .errors import (
@@ -38,6 +38,7 @@ from .errors import (
     StoreLocked,
     UsageError,
 )
+from .governor_loop import Governor
 from .metrics import RuntimeStats
 from .models.base import ModelReply, ModelRequest, collect
 from .records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, ViewLimits
@@ -98,6 +99,8 @@ class SliceRunner:
 
     ``hold(seconds)`` pauses claiming (the store cannot commit now), ``on_commit()`` is
     called after each committed slice, ``on_damage(exc)`` when the database is damaged.
+    ``governor`` (the memory governor, if any) samples RSS at every slice boundary.
+    Every log record a slice writes carries its thread and slice ids (:func:`dormant.logs.bind`).
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class SliceRunner:
         on_commit: Callable[[], None],
         on_damage: Callable[[SchemaError], None],
         tool_threads: ToolThreads | None = None,
+        governor: Governor | None = None,
     ) -> None:
         self.store = store
         self.agents = agents
@@ -122,6 +126,7 @@ class SliceRunner:
         self.on_commit = on_commit
         self.on_damage = on_damage
         self.tool_threads = tool_threads
+        self.governor = governor
         # per agent: its model's window less its output, system prompt and tool schemas
         self.limits = {name: budget.limits_for(agent, settings) for name, agent in agents.items()}
         self._counters: dict[str, TokenCounter] = {}
@@ -138,6 +143,9 @@ class SliceRunner:
         """Run one slice for ``claim``: load, decide, call, commit. Never raises
         (but a cancelled slice, whose lease was lost, is cancelled)."""
         started = time.perf_counter()
+        logs.bind(thread_id=claim.thread_id, slice_id=claim.token)  # on every record of this slice
+        if self.governor is not None:
+            self.governor.sample_if_due()  # a slice boundary
         try:
             await self._slice(claim)
         except LeaseLost:
@@ -191,6 +199,7 @@ class SliceRunner:
 
     async def _complete(self, agent: Agent, request: ModelRequest) -> ModelReply:
         """One model call under the model timeout; the reply cleaned."""
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.model_timeout_s):
                 reply = await collect(agent.model.stream(request))
@@ -198,6 +207,7 @@ class SliceRunner:
             timeout = self.settings.model_timeout_s
             raise ModelError(f"the model did not answer within {timeout:g}s") from None
         self.stats.completions += 1
+        self.stats.model_latency.add(time.perf_counter() - started)
         return clean_reply(reply)
 
     async def _compact(
@@ -246,6 +256,8 @@ class SliceRunner:
             blob_threshold=self.settings.blob_threshold_bytes,
             tool_threads=self.tool_threads,
         )
+        started = time.perf_counter()
+        logs.bind(call_id=call.call.id)
         try:
             async with asyncio.timeout(call.spec.timeout):
                 output = await call.spec.run(call.args, ctx)
@@ -257,6 +269,9 @@ class SliceRunner:
             return InlineResult(call=call.call, content=f"error: {reason}")
         except Exception as exc:  # the model hears about a tool's failure
             return InlineResult(call=call.call, content=clean(f"error: {type(exc).__name__}: {exc}"))
+        finally:
+            self.stats.tool_latency.add(time.perf_counter() - started)
+            logs.bind(call_id=None)
         return InlineResult(
             call=call.call,
             content=content,

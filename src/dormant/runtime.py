@@ -29,6 +29,7 @@ from .config import Settings
 from .dispatcher import Dispatcher
 from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
+from .governor_loop import Governor, build_governor
 from .metrics import RuntimeStats
 from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .runner import SliceRunner
@@ -100,6 +101,7 @@ class Runtime:
             blob_threshold=self.settings.blob_threshold_bytes,
             tool_threads=self.tool_threads,
         )
+        self.governor: Governor | None = build_governor(self.settings, self.scheduler, self.store, self.clock)
         self.runner = SliceRunner(
             self.store,
             self.agents,
@@ -110,6 +112,7 @@ class Runtime:
             on_commit=self.dispatcher.wake.set,
             on_damage=self._halt,
             tool_threads=self.tool_threads,
+            governor=self.governor,
         )
         # per agent: its model's window less its output, system prompt and tool schemas
         self.limits = self.runner.limits
@@ -177,6 +180,8 @@ class Runtime:
             asyncio.create_task(self.scheduler.run(self._stop), name="dormant-scheduler"),
             asyncio.create_task(self.dispatcher.run(self._stop), name="dormant-dispatcher"),
         ]
+        if self.governor is not None:
+            loops.append(asyncio.create_task(self.governor.run(self._stop), name="dormant-governor"))
         try:
             with gc_tuned():
                 await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
@@ -273,6 +278,8 @@ class Runtime:
         for item in items:
             if item.kind == "tool_result":
                 raise InvalidInput("post tool results with post_tool_result(), not admit()")
+        if self.governor is not None:
+            self.governor.check_admission()  # Overloaded(retry_after) in a memory emergency
         admissions = await self.store.admit(items)
         self.scheduler.wake.set()
         return admissions

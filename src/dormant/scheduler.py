@@ -74,6 +74,10 @@ class Scheduler:
         """Slices running now (those still ending after their lease was lost included)."""
         return len(self._running) + sum(len(tasks) for tasks in self._ending.values())
 
+    def running(self) -> list[tuple[Claim, asyncio.Task[None]]]:
+        """The running slices as (claim, task): the memory governor cancels them in an emergency."""
+        return [(r.claim, r.task) for r in self._running.values()]
+
     def hold(self, seconds: float) -> None:
         """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""
         self._hold_until = max(self._hold_until, time.monotonic() + seconds)

@@ -1,4 +1,4 @@
-"""``dormant bench`` commands: ``scale``, ``plot`` and ``chaos``."""
+"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context`` and ``governor``."""
 
 from __future__ import annotations
 
@@ -276,3 +276,49 @@ def chaos(
         soft_wrap=True,
     )
     raise typer.Exit(1)
+
+
+@bench_app.command("governor")
+def governor(
+    threads: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_THREADS")] = 24,
+    turns: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_TURNS")] = 3,
+    concurrency: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CONCURRENCY")] = 8,
+    hog_mb: Annotated[
+        int, typer.Option(min=1, envvar="DORMANT_BENCH_HOG_MB", help="MiB each tool call holds.")
+    ] = 64,
+    headroom_mb: Annotated[
+        int,
+        typer.Option(min=16, envvar="DORMANT_BENCH_HEADROOM_MB", help="Hard limit: start-up RSS + this."),
+    ] = 256,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/governor"),
+) -> None:
+    """Tools that allocate far more than the hard limit allows; a 10 ms RSS watcher process.
+
+    Writes ``OUT/summary.json``; exits 1 unless max RSS <= the hard limit and no input is lost.
+    """
+    from .governor import GovernorBenchConfig, launch
+
+    config = GovernorBenchConfig(
+        out=str(out),
+        threads=threads,
+        turns=turns,
+        concurrency=concurrency,
+        hog_mb=hog_mb,
+        headroom_mb=headroom_mb,
+    )
+    console.print(
+        f"governor: {threads} threads x {turns} turns, {hog_mb} MiB a tool call, concurrency "
+        f"{concurrency}, hard limit = start-up RSS + {headroom_mb} MiB, out {out}"
+    )
+    summary = launch(config)
+    table = Table(title="governor")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in _flatten({k: v for k, v in summary.items() if k != "config"}):
+        table.add_row(key, str(value))
+    console.print(table)
+    console.print(f"wrote {out / 'summary.json'}")
+    if not summary["passed"]:
+        console.print("[red]FAIL[/]: RSS passed the hard limit or an input was lost")
+        raise typer.Exit(1)
+    console.print("PASS: RSS stayed under the hard limit and every input was answered")

@@ -24,7 +24,8 @@ from :class:`BackendDefaults` (so no caller probes with ``getattr``):
 :meth:`Backend.subscribe` (wake-up hints; fallback: none, callers poll),
 :meth:`Backend.exists` (fallback: True), :attr:`Backend.commits` (fallback: 0),
 :attr:`Backend.path` (fallback: None), :attr:`Backend.persistent` (fallback: True),
-:meth:`Backend.diagnose` (fallback: UsageError, no doctor for this backend).
+:meth:`Backend.diagnose` (fallback: UsageError, no doctor for this backend),
+:meth:`Backend.release_memory` (fallback: 0, nothing held in this process).
 """
 
 from __future__ import annotations
@@ -280,6 +281,12 @@ class Backend(Protocol):
         damaged). Fallback: UsageError (this backend has no doctor)."""
         ...
 
+    async def release_memory(self) -> int:
+        """Free what the database library can of the caches it holds in this process
+        (the memory governor calls it under memory pressure); how many connections
+        gave memory back. Fallback 0: the backend caches nothing here."""
+        ...
+
 
 class BackendDefaults:
     """The fallbacks of the optional abilities of :class:`Backend`."""
@@ -315,3 +322,7 @@ class BackendDefaults:
         raise UsageError(
             f"dormant doctor examines SQLite stores (sqlite:///path.db) only, not {scheme}:// stores"
         )
+
+    async def release_memory(self) -> int:
+        """Nothing cached in this process (a server keeps its own caches): 0."""
+        return 0

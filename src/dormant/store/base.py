@@ -79,6 +79,12 @@ class Store(Protocol):
         for a store doctor cannot examine."""
         ...
 
+    async def release_memory(self) -> int:
+        """Give back what the database library caches in this process (SQLite's page
+        caches; the memory governor calls it under memory pressure). Returns how many
+        connections released memory (0 for a store that caches nothing here)."""
+        ...
+
     async def open(self) -> None:
         """Create or migrate the schema; refuse a newer schema with SchemaError."""
         ...

@@ -198,6 +198,11 @@ class StoreCore:
         """``dormant doctor`` for this database (UsageError if it has none)."""
         return self.backend.diagnose(quick=quick, now=now, stuck_after_s=stuck_after_s)
 
+    async def release_memory(self) -> int:
+        """Free the backend's in-process database caches (memory pressure); how many
+        connections released memory. The view cache is the governor's to shrink."""
+        return await self.backend.release_memory()
+
     # -- threads ---------------------------------------------------------------------
 
     async def create_thread(self, thread_id: str, agent: str) -> Thread:

@@ -20,6 +20,7 @@ statement (:mod:`~dormant.store.sqlite.reader`). The statements live in
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
@@ -143,6 +144,33 @@ class SQLiteBackend(BackendDefaults):
         from .judge import diagnose
 
         return diagnose(self.url, self._path, quick=quick, now=now, stuck_after_s=stuck_after_s)
+
+    async def release_memory(self) -> int:
+        """Free what SQLite can of each connection's page cache (apsw
+        ``Connection.release_memory``, i.e. ``sqlite3_db_release_memory``); how many
+        connections released memory (0 when the store is closed).
+
+        A writer on its own thread is released on that thread, between batches (never
+        while a batch uses the connection); the others run on the event loop's thread.
+        """
+        released = 0
+        conns: list[Conn] = []
+        for candidate in (self._writer, self._reader):  # memory://: one connection for both
+            if candidate is not None and all(candidate is not c for c in conns):
+                conns.append(candidate)
+        for conn in conns:
+            if self._closing or self._writer_queue is None:
+                break  # closed meanwhile: its connections hold nothing any more
+            release: Callable[[], None] = conn.release_memory
+            try:
+                if self._executor is not None and self._writer is conn:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, release)
+                else:
+                    release()
+            except apsw.Error as exc:
+                raise translate(exc) from exc
+            released += 1
+        return released
 
     # -- lifecycle -------------------------------------------------------------------
 
