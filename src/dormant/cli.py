@@ -254,7 +254,28 @@ def run_workers(
     settings = settings_for(store, concurrency=concurrency)  # validated once, here
     if settings.store.startswith("memory://"):
         fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
-    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1", "--store", settings.store]
+    argv = worker_argv(settings.store, until_idle, concurrency, app_spec, model, base_url, system)
+    env = dict(os.environ)
+    env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
+    supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
+    err.print(f"dormant supervising {workers} workers on {settings.store}", style="dim")
+    code = asyncio.run(supervisor.run())
+    out.print(f"workers stopped (exit {code})")
+    if code:
+        raise typer.Exit(code)
+
+
+def worker_argv(
+    store: str,
+    until_idle: bool,
+    concurrency: int | None,
+    app_spec: str | None,
+    model: str,
+    base_url: str,
+    system: str | None,
+) -> list[str]:
+    """The command line of one single-process worker (``dormant run --workers 1``)."""
+    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1", "--store", store]
     argv += ["--model", model, "--base-url", base_url]
     if until_idle:
         argv.append("--until-idle")
@@ -264,14 +285,80 @@ def run_workers(
         argv += ["--app", app_spec]
     if system is not None:
         argv += ["--system", system]
-    env = dict(os.environ)
-    env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
-    supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
-    err.print(f"dormant supervising {workers} workers on {settings.store}", style="dim")
-    code = asyncio.run(supervisor.run())
-    out.print(f"workers stopped (exit {code})")
-    if code:
-        raise typer.Exit(code)
+    return argv
+
+
+@app.command("serve")
+def serve_command(
+    store: StoreOpt = DEFAULT_STORE,
+    host: Annotated[
+        str, typer.Option("--host", envvar="DORMANT_HOST", help="Address to listen on.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", envvar="DORMANT_PORT", min=0, max=65535, help="TCP port.")
+    ] = 8080,
+    tenants: Annotated[
+        str | None,
+        typer.Option(
+            "--tenants",
+            envvar="DORMANT_TENANTS",
+            help="Tenant directory (a SQLite file; default: <store file>.tenants.db).",
+        ),
+    ] = None,
+    concurrency: ConcurrencyOpt = None,
+    app_spec: AppOpt = None,
+    model: ModelOpt = SCRIPTED,
+    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
+    system: SystemOpt = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            envvar="DORMANT_WORKERS",
+            min=1,
+            max=256,
+            help="1: this process runs the slices. N > 1: N supervised `dormant run` processes run them "
+            "and this process serves HTTP.",
+        ),
+    ] = 1,
+) -> None:
+    """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM."""
+    from .server.app import ServerConfig
+    from .server.cli_tenants import tenants_path
+    from .server.main import run as run_server
+    from .server.main import serve_http
+    from .server.tenants import SQLiteTenantDirectory
+
+    settings = settings_for(store, concurrency=concurrency)
+    if workers > 1 and settings.store.startswith("memory://"):
+        fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
+    argv = None
+    if workers > 1:
+        argv = worker_argv(settings.store, False, concurrency, app_spec, model, base_url, system)
+
+    async def go() -> None:
+        agents = agents_for(app_spec, model, base_url, system)
+        directory = SQLiteTenantDirectory(tenants_path(tenants, settings.store))
+        config = ServerConfig(run_slices=workers == 1, poll_s=1.0 if workers == 1 else 0.25)
+        try:
+            rt = Runtime(settings.store, agents, settings=settings)
+            await serve_http(
+                rt,
+                directory,
+                host=host,
+                port=port,
+                config=config,
+                worker_argv=argv,
+                workers=workers,
+                say=lambda line: err.print(line, style="dim"),
+            )
+        finally:
+            await close_models(agents)
+
+    try:
+        run_server(go)
+    except DormantError as exc:
+        fail(exc)
 
 
 async def serve(rt: Runtime, *, until_idle: bool) -> None:
@@ -701,6 +788,15 @@ def _mount_bench() -> None:
 
 
 _mount_bench()
+
+
+def _mount_tenants() -> None:
+    from .server.cli_tenants import tenants_app
+
+    app.add_typer(tenants_app, name="tenants")
+
+
+_mount_tenants()
 
 
 def main() -> None:

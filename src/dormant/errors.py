@@ -38,6 +38,24 @@ class InvalidInput(UsageError):
     code = "invalid_input"
 
 
+class PayloadTooLarge(InvalidInput):
+    """A request or input is larger than the configured limit; nothing was read past it."""
+
+    code = "payload_too_large"
+
+
+class Unauthenticated(UsageError):
+    """A request carried no valid credentials (missing, unknown or revoked API key)."""
+
+    code = "unauthenticated"
+
+
+class Busy(UsageError):
+    """The thread is running a slice and the request asked not to queue behind it."""
+
+    code = "thread_busy"
+
+
 class StoreError(DormantError):
     """The durable store failed; nothing the failing call did was acknowledged."""
 
@@ -104,6 +122,9 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     UsageError: 400,
     NotFound: 404,
     InvalidInput: 422,
+    PayloadTooLarge: 413,
+    Unauthenticated: 401,
+    Busy: 409,
     StoreError: 503,
     StoreFull: 507,
     StoreLocked: 503,

@@ -26,7 +26,7 @@ import socket
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
 
 import msgspec
@@ -47,7 +47,7 @@ from .errors import (
     UsageError,
 )
 from .metrics import RuntimeStats
-from .models.base import ModelReply, ModelRequest, collect
+from .models.base import ModelEvent, ModelReply, ModelRequest, collect
 from .records import (
     Admission,
     Claim,
@@ -124,6 +124,15 @@ def gc_tuned() -> Iterator[None]:
         if _gc_users == 0 and _gc_saved is not None:
             gc.set_threshold(*_gc_saved)
             _gc_saved = None
+
+
+async def tapped(
+    stream: AsyncIterator[ModelEvent], thread_id: str, observe: Callable[[str, ModelEvent], None]
+) -> AsyncIterator[ModelEvent]:
+    """``stream``, showing each event to ``observe`` as it passes."""
+    async for event in stream:
+        observe(thread_id, event)
+        yield event
 
 
 def redact(url: str) -> str:
@@ -205,6 +214,12 @@ class Runtime:
         self._opened = False
         self._fatal: SchemaError | None = None
         self._store_errors = 0  # slices in a row that the store could not take
+        #: optional observers (the HTTP server's event hub): ``on_change(thread id)`` after
+        #: each slice ends (committed or not), ``on_delta(thread id, event)`` for each piece
+        #: a model streams during a turn. They run on the slice's task: they must be quick
+        #: (O(1) per subscriber) and must not raise.
+        self.on_change: Callable[[str], None] | None = None
+        self.on_delta: Callable[[str, ModelEvent], None] | None = None
 
     def _view_limits(self, agent: Agent) -> ViewLimits:
         """The view budget of ``agent``'s threads: what its model's window leaves for history.
@@ -470,7 +485,11 @@ class Runtime:
         except Exception as exc:
             self.stats.slice_failures += 1
             await self._failed(claim, exc)
+            if self.on_change is not None:
+                self.on_change(claim.thread_id)
         else:
+            if self.on_change is not None:
+                self.on_change(claim.thread_id)
             self._store_errors = 0
             self.stats.slices += 1
             self.stats.slice_latency.add(time.perf_counter() - started)
@@ -497,18 +516,21 @@ class Runtime:
             summary=summary,
         )
         while turn.wants_model:
-            reply = await self._complete(agent, turn.request())
+            reply = await self._complete(agent, turn.request(), live=True)
             inline = turn.on_reply(reply)
             if inline:
                 turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
         plan = turn.plan()
         await self.store.commit_slice(plan if counter is None else counted(plan, counter))
 
-    async def _complete(self, agent: Agent, request: ModelRequest) -> ModelReply:
-        """One model call under the model timeout."""
+    async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
+        """One model call under the model timeout; a ``live`` one is shown to :attr:`on_delta`."""
         try:
             async with asyncio.timeout(self.settings.model_timeout_s):
-                reply = await collect(agent.model.stream(request))
+                stream = agent.model.stream(request)
+                if live and self.on_delta is not None:
+                    stream = tapped(stream, request.thread_id, self.on_delta)
+                reply = await collect(stream)
         except TimeoutError:
             timeout = self.settings.model_timeout_s
             raise ModelError(f"the model did not answer within {timeout:g}s") from None

@@ -56,6 +56,10 @@ class Scheduler:
         """Slices running now."""
         return len(self._running)
 
+    def running(self, thread_id: str) -> bool:
+        """Whether this scheduler runs a slice of ``thread_id`` now."""
+        return thread_id in self._running
+
     def hold(self, seconds: float) -> None:
         """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""
         self._hold_until = max(self._hold_until, time.monotonic() + seconds)
