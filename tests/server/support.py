@@ -73,3 +73,34 @@ async def serve(
         server.should_exit = True
         await task
         sock.close()
+
+
+@dataclass
+class Event:
+    """One server-sent event."""
+
+    event: str
+    data: str
+    id: str | None
+
+
+async def events(response: httpx.Response) -> AsyncIterator[Event]:
+    """The events of a streaming SSE response (comments skipped)."""
+    kind, eid = "message", None
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if line == "":
+            if data:
+                yield Event(event=kind, data="\n".join(data), id=eid)
+            kind, data, eid = "message", [], None
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                kind = value
+            elif field == "data":
+                data.append(value)
+            elif field == "id":
+                eid = value

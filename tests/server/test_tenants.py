@@ -1,0 +1,133 @@
+"""Tenants and keys: hashed at rest, revocable; a second tenant can reach nothing of the first."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dormant.agent import Agent
+from dormant.errors import NotFound, Unauthenticated, UsageError
+from dormant.models import echo_model
+from dormant.server.tenants import SQLiteTenantDirectory, directory_url
+from tests.helpers import eventually
+from tests.server.support import serve
+
+
+async def test_keys_are_stored_salted_and_hashed_and_can_be_revoked(tmp_path: Path) -> None:
+    path = str(tmp_path / "t.db")
+    d = SQLiteTenantDirectory(path)
+    await d.open()
+    acme = await d.create_tenant("acme")
+    with pytest.raises(UsageError):
+        await d.create_tenant("acme")
+    with pytest.raises(UsageError):
+        await d.create_tenant("bad name")
+    key, token = await d.create_key("acme")
+    _, token2 = await d.create_key(acme.id)
+    assert (await d.authenticate(token)).id == acme.id
+    raw = Path(path).read_bytes() + (
+        Path(path + "-wal").read_bytes() if Path(path + "-wal").exists() else b""
+    )
+    secret = token[len("dk_") + 16 + 1 :]
+    assert secret.encode() not in raw
+    rows = sqlite3.connect(path).execute("SELECT salt, digest FROM api_keys").fetchall()
+    assert len({r[0] for r in rows}) == 2  # a salt per key
+    for bad in ("", "dk_x", token[:-1] + ("A" if token[-1] != "A" else "B"), token2[:20] + token[20:]):
+        with pytest.raises(Unauthenticated):
+            await d.authenticate(bad)
+    await d.revoke_key(key.id)
+    with pytest.raises(Unauthenticated):
+        await d.authenticate(token)
+    assert (await d.authenticate(token2)).id == acme.id
+    with pytest.raises(NotFound):
+        await d.revoke_key("0" * 16)
+    page = await d.list_tenants(limit=1)
+    assert [t.name for t in page.items] == ["acme"] and page.next_cursor is None
+    await d.close()
+    assert directory_url("sqlite:///x/store.db") == "x/store.tenants.db"
+    with pytest.raises(UsageError):
+        directory_url("memory://")
+
+
+async def test_second_tenant_gets_404_on_every_route_with_the_first_tenants_ids() -> None:
+    async with (
+        serve([Agent(name="assistant", model=echo_model())]) as s,
+        s.client() as a,
+        s.client(s.key_b) as b,
+    ):
+        await a.post("/v1/threads", json={"id": "secret"})
+        await a.post("/v1/threads/secret/inputs", json={"content": "hi"}, headers={"Idempotency-Key": "k"})
+
+        async def two() -> bool:
+            return len((await a.get("/v1/threads/secret/messages")).json()["items"]) == 2
+
+        await eventually(two)
+        mine = (await a.get("/v1/threads/secret/messages", params={"limit": 1})).json()
+        cursor = mine["next_cursor"]
+        thread_cursor = "secre"
+
+        tries: list[tuple[str, str, dict[str, object]]] = [
+            ("GET", "/v1/threads/secret", {}),
+            ("DELETE", "/v1/threads/secret", {}),
+            ("GET", "/v1/threads/secret/messages", {"params": {"cursor": cursor}}),
+            ("GET", "/v1/threads/secret/messages", {"params": {"order": "desc"}}),
+            ("POST", "/v1/threads/secret/retry", {}),
+            ("POST", "/v1/threads/secret/tool_results/call_1", {"json": {"content": "x"}}),
+            ("GET", "/v1/threads/secret/events", {}),
+            ("GET", "/v1/threads/secret/events", {"headers": {"Last-Event-ID": "1"}}),
+            (
+                "POST",
+                "/v1/responses",
+                {
+                    "json": {
+                        "model": "assistant",
+                        "input": "x",
+                        "previous_response_id": "resp_" + b"secret".hex() + "_2",
+                    }
+                },
+            ),
+        ]
+        for method, path, kwargs in tries:
+            r = await b.request(method, path, **kwargs)  # type: ignore[arg-type]
+            assert r.status_code == 404, (method, path, r.status_code, r.text)
+            assert "hi" not in r.text and r.json()["error"]["code"] == "not_found"
+
+        # listing from the first tenant's cursor shows nothing of it
+        listed = (await b.get("/v1/threads", params={"cursor": thread_cursor})).json()
+        assert listed == {"items": [], "next_cursor": None}
+        assert (await b.get("/v1/threads")).json()["items"] == []
+        # an input to the same id makes the second tenant's own thread, not a write into the first's
+        r = await b.post(
+            "/v1/threads/secret/inputs", json={"content": "intruder"}, headers={"Idempotency-Key": "k"}
+        )
+        assert r.status_code == 202 and r.json()["duplicate"] is False
+        await eventually(two)
+        texts = [m["content"] for m in (await a.get("/v1/threads/secret/messages")).json()["items"]]
+        assert "intruder" not in texts and "echo: intruder" not in texts
+        # the same session name in chat is a different thread per tenant
+        ra = await a.post(
+            "/v1/chat/completions",
+            json={"model": "assistant", "user": "u", "messages": [{"role": "user", "content": "from a"}]},
+        )
+        rb = await b.post(
+            "/v1/chat/completions",
+            json={"model": "assistant", "user": "u", "messages": [{"role": "user", "content": "from b"}]},
+        )
+        assert ra.json()["choices"][0]["message"]["content"] == "echo: from a"
+        assert rb.json()["choices"][0]["message"]["content"] == "echo: from b"
+
+
+async def test_revoked_key_is_refused_at_once() -> None:
+    async with serve([Agent(name="assistant", model=echo_model())]) as s, s.client() as a:
+        assert (await a.get("/v1/threads")).status_code == 200
+        tenants = s.app.state.server.tenants
+        key_id = s.key_a.split("_")[1]
+        await tenants.revoke_key(key_id)
+        r = await a.get("/v1/threads")
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        async with httpx.AsyncClient(base_url=s.url) as anon:
+            assert (await anon.get("/v1/status")).status_code == 401
+            assert (await anon.get("/healthz")).status_code == 200
