@@ -464,6 +464,20 @@ class Runtime:
         self.scheduler.wake.set()
         return thread
 
+    async def interrupt(self, thread_id: str) -> bool:
+        """Cancel the slice of ``thread_id`` running in this process; False when none runs here.
+
+        The slice commits nothing (a commit already queued lands whole before the release,
+        or is refused for its lost lease); its lease is released at once, so its inputs run
+        again in the next slice, with any admitted since.
+        """
+        claim = await self.scheduler.cancel(thread_id)
+        if claim is None:
+            return False
+        await self.store.release(claim)
+        self.scheduler.wake.set()
+        return True
+
     # -- one slice -------------------------------------------------------------------
 
     async def run_slice(self, claim: Claim) -> None:

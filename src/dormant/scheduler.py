@@ -60,6 +60,17 @@ class Scheduler:
         """Whether this scheduler runs a slice of ``thread_id`` now."""
         return thread_id in self._running
 
+    async def cancel(self, thread_id: str) -> Claim | None:
+        """Cancel the slice of ``thread_id`` running here and wait for it to end; its claim,
+        or None when none runs. The lease is still held: the caller releases it."""
+        entry = self._running.get(thread_id)
+        if entry is None:
+            return None
+        claim, task = entry
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return claim
+
     def hold(self, seconds: float) -> None:
         """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""
         self._hold_until = max(self._hold_until, time.monotonic() + seconds)

@@ -33,7 +33,7 @@ log = logging.getLogger("dormant.server.hub")
 class Subscriber:
     """One connection's interest in one thread: a wake flag and a byte-bounded text queue."""
 
-    __slots__ = ("deltas", "dropped", "queue_bytes", "queued_bytes", "thread_id", "wake")
+    __slots__ = ("deltas", "dropped", "queue_bytes", "queued_bytes", "rolled_back", "thread_id", "wake")
 
     def __init__(self, thread_id: str, queue_bytes: int) -> None:
         self.thread_id = thread_id
@@ -42,6 +42,7 @@ class Subscriber:
         self.deltas: deque[str] = deque()
         self.queued_bytes = 0
         self.dropped: str | None = None
+        self.rolled_back = False  # the live text sent so far was discarded (an interrupted slice)
 
     def push(self, text: str) -> None:
         """Queue live text; over the byte cap, drop the subscriber instead (never wait)."""
@@ -118,6 +119,13 @@ class Hub:
     def changed(self, thread_id: str) -> None:
         """Wake the thread's subscribers (the runtime's ``on_change`` hook)."""
         for sub in self._subs.get(thread_id, ()):
+            sub.wake.set()
+
+    def rollback(self, thread_id: str) -> None:
+        """The thread's running slice was cancelled: its live text is void (tell subscribers)."""
+        for sub in self._subs.get(thread_id, ()):
+            sub.take()
+            sub.rolled_back = True
             sub.wake.set()
 
     def delta(self, thread_id: str, event: ModelEvent) -> None:

@@ -110,7 +110,12 @@ async def post_input(
 ) -> AdmissionOut:
     """Admit user text; 202 once durable. The thread is created (with ``agent``) if new.
 
-    ``strategy=reject`` answers 409 while the thread runs a slice in this process.
+    While the thread runs a slice in this process, ``strategy`` decides: ``enqueue``
+    waits behind it, ``reject`` answers 409 (admitting nothing), ``interrupt`` admits
+    then cancels the slice (it commits nothing; its inputs run again with this one),
+    ``rollback`` does the same and tells event streams to discard its live text.
+    A slice running in another process (``--workers N``) is not reached: the input
+    is queued and ``interrupted`` is false.
     """
     rt = runtime_of(request)
     inner = scope.inner(thread_id)
@@ -126,7 +131,17 @@ async def post_input(
         agent=agent_name(rt, body.agent),
     )
     (admission,) = await rt.admit([item])
-    return AdmissionOut(input_id=admission.input_id, thread_id=thread_id, duplicate=admission.duplicate)
+    interrupted = False
+    if body.strategy in ("interrupt", "rollback") and not admission.duplicate:
+        interrupted = await rt.interrupt(inner)
+        if interrupted and body.strategy == "rollback":
+            state_of(request).hub.rollback(inner)
+    return AdmissionOut(
+        input_id=admission.input_id,
+        thread_id=thread_id,
+        duplicate=admission.duplicate,
+        interrupted=interrupted,
+    )
 
 
 @router.get("/threads/{thread_id}/messages", response_model=MessagePage)

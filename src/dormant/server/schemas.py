@@ -14,7 +14,7 @@ from ..records import Message, StoreStatus, Thread
 from .scope import THREAD_ID_PATTERN, Scope
 
 #: How an input that arrives while its thread runs a slice is handled.
-Strategy = Literal["enqueue", "reject"]
+Strategy = Literal["enqueue", "reject", "interrupt", "rollback"]
 
 
 class Body(BaseModel):
@@ -88,7 +88,11 @@ class InputCreate(Body):
     content: str = Field(..., description="the text; its UTF-8 size is limited by the server")
     agent: str | None = Field(None, max_length=128)
     priority: Literal[0, 1, 2] = Field(1, description="0 urgent, 1 normal, 2 bulk")
-    strategy: Strategy = Field("enqueue", description="if the thread is running: queue behind, or 409")
+    strategy: Strategy = Field(
+        "enqueue",
+        description="if the thread runs a slice: queue behind it (enqueue), 409 (reject), or cancel it "
+        "so its inputs run with this one (interrupt; rollback also voids its live text on event streams)",
+    )
 
 
 class AdmissionOut(BaseModel):
@@ -97,6 +101,8 @@ class AdmissionOut(BaseModel):
     input_id: int
     thread_id: str
     duplicate: bool
+    #: a running slice was cancelled for this input (strategy interrupt or rollback)
+    interrupted: bool = False
 
 
 class ToolCallOut(BaseModel):

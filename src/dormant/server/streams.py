@@ -8,6 +8,8 @@ Events:
   sent first and whenever they change;
 * ``delta`` (id: ``<last seq>:<offset>``): model text of a slice running in this
   process, as it streams (not durable: dropped once the slice commits its messages);
+* ``rollback`` (id: the last seq sent): the live text sent since that seq is void (a
+  slice interrupted by an input sent with ``strategy=rollback``);
 * ``error``: why the server ends the stream (a slow client, a deleted thread).
 
 ``Last-Event-ID`` (or ``?after=SEQ``) resumes after that seq: the history is read
@@ -84,6 +86,11 @@ async def thread_events(
                     data=json.dumps({"code": "slow_client", "message": sub.dropped}), event="error"
                 )
                 return
+            if sub.rolled_back:
+                sub.rolled_back = False
+                data = {"after": after, "discarded": offset}
+                offset = 0
+                yield ServerSentEvent(data=json.dumps(data), event="rollback", id=str(after))
             texts = sub.take()
             if texts:
                 text = "".join(texts)
