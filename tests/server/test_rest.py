@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 
 from dormant.agent import Agent
@@ -79,6 +81,21 @@ async def test_bad_requests_get_coded_errors_not_500() -> None:
             headers={"Content-Type": "application/json"},
         )
         assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+
+        async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it is read
+            yield b'{"content": "small"'
+            for _ in range(10):
+                yield b" " * 1000  # valid JSON, a small input: only the body limit refuses it
+            yield b"}"
+
+        r = await c.post(
+            "/v1/threads/t1/inputs", content=chunked(), headers={"Content-Type": "application/json"}
+        )
+        assert (
+            r.request.headers.get("transfer-encoding") == "chunked"
+            and "content-length" not in r.request.headers
+        )
+        assert r.status_code == 413
         r = await c.post(
             "/v1/threads/t1/inputs", json={"content": "é" * 1500}
         )  # 3000 bytes: over the input limit
