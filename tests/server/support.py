@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from dormant.agent import Agent
 from dormant.config import Settings
 from dormant.runtime import Runtime
 from dormant.server import ServerConfig, SQLiteTenantDirectory, create_app
+from dormant.server.main import listen
 
 
 @dataclass
@@ -54,9 +54,7 @@ async def serve(
     _, key_a = await tenants.create_key(a.id)
     _, key_b = await tenants.create_key(b.id)
     app = create_app(runtime, tenants, config or ServerConfig(poll_s=0.2, heartbeat_s=1.0))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)

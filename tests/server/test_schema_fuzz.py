@@ -8,7 +8,6 @@ event stream is fuzzed with a bounded number of examples, authenticated as one t
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from dormant.config import Settings
 from dormant.models import echo_model
 from dormant.runtime import Runtime
 from dormant.server import ServerConfig, SQLiteTenantDirectory, create_app
+from dormant.server.main import listen
 
 RUNTIME = Runtime(
     "memory://", [Agent(name="assistant", model=echo_model())], settings=Settings.build(poll_s=0.05)
@@ -42,8 +42,7 @@ def live() -> Iterator[tuple[str, str]]:
         return (await TENANTS.create_key(tenant.id))[1]
 
     key = asyncio.run(make_key())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = listen("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(APP, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
