@@ -339,7 +339,7 @@ def serve_command(
     async def go() -> None:
         agents = agents_for(app_spec, model, base_url, system)
         directory = SQLiteTenantDirectory(tenants_path(tenants, settings.store))
-        config = ServerConfig(run_slices=workers == 1, poll_s=1.0 if workers == 1 else 0.25)
+        config = ServerConfig(run_slices=workers == 1, poll_s=10.0 if workers == 1 else 0.5)
         try:
             rt = Runtime(settings.store, agents, settings=settings)
             await serve_http(

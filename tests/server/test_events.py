@@ -147,3 +147,14 @@ async def test_slow_client_is_dropped_and_the_slice_is_not_slowed() -> None:
         assert json.loads(error.data)["code"] == "slow_client"
         page = (await c.get("/v1/threads/t/messages")).json()
         assert page["items"][-1]["content"] == "echo: " + "x" * 100  # the slice committed
+
+
+async def test_streams_end_when_the_server_stops() -> None:
+    async with serve([Agent(name="assistant", model=echo_model())]) as s, s.client() as c:
+        await c.post("/v1/threads", json={"id": "t"})
+        async with c.stream("GET", "/v1/threads/t/events") as r:
+            stream = events(r)
+            await collect(stream, 1, {"status"})
+            s.app.state.server.hub.close()
+            (error,) = await collect(stream, 1, {"error"})
+        assert json.loads(error.data)["code"] == "shutting_down"

@@ -175,9 +175,8 @@ async def run(params: Params, out: Path) -> Figures:
         url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "dormant.cli", "serve", "--store", f"sqlite:///{tmp}/bench.db"]
         cmd += ["--port", str(port), "--tenants", tenants, "--concurrency", str(params.concurrency)]
-        proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-        )
+        log = (out / "server.log").open("wb")
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=log, stderr=log)
         try:
             await _wait_healthy(url, proc, 30)
             server = psutil.Process(proc.pid)
@@ -191,10 +190,10 @@ async def run(params: Params, out: Path) -> Figures:
                 base_url=url, headers=headers, limits=limits, timeout=timeout
             ) as client:
                 threads = [f"b{i}" for i in range(params.clients)]
-                for start in range(0, len(threads), 100):
-                    await asyncio.gather(
-                        *(client.post("/v1/threads", json={"id": t}) for t in threads[start : start + 100])
-                    )
+                async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout) as setup:
+                    for start in range(0, len(threads), 16):
+                        batch = threads[start : start + 16]
+                        await asyncio.gather(*(setup.post("/v1/threads", json={"id": t}) for t in batch))
                 stop = asyncio.Event()
                 user_lag: list[float] = []
                 reply_lag: list[float] = []
@@ -209,14 +208,23 @@ async def run(params: Params, out: Path) -> Figures:
                         await asyncio.gather(*(f.wait() for f in flags))
                 await asyncio.sleep(1.0)
                 fig.rss_connected_bytes = server.memory_info().rss
+                # posters get a pool of their own: httpcore scans its pool per request, so
+                # sharing one with a thousand open streams would measure the client, not the server
+                post_limits = httpx.Limits(
+                    max_connections=params.posters, max_keepalive_connections=params.posters
+                )
+                poster_client = httpx.AsyncClient(
+                    base_url=url, headers=headers, limits=post_limits, timeout=timeout
+                )
                 posters = [
-                    asyncio.create_task(_poster(client, threads, stop, latency, fig))
+                    asyncio.create_task(_poster(poster_client, threads, stop, latency, fig))
                     for _ in range(params.posters)
                 ]
                 started = time.perf_counter()
                 await asyncio.sleep(params.seconds)
                 stop.set()
                 await asyncio.gather(*posters, return_exceptions=True)
+                await poster_client.aclose()
                 elapsed = time.perf_counter() - started
                 await asyncio.sleep(2.0)  # events of the last admissions arrive
                 fig.rss_end_bytes = server.memory_info().rss
@@ -241,5 +249,6 @@ async def run(params: Params, out: Path) -> Figures:
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
+            log.close()
     (out / "summary.json").write_text(json.dumps(asdict(fig), indent=2))
     return fig

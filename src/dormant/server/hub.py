@@ -85,11 +85,20 @@ class Hub:
         self._count = 0
         self._seen: dict[str, tuple[int, str, int]] = {}  # thread -> (last_seq, status, awaiting)
         self.dropped = 0
+        #: set when the server shuts down: streams end (their clients resume elsewhere)
+        self.closing = False
 
     @property
     def subscribers(self) -> int:
         """Connections subscribed now."""
         return self._count
+
+    def close(self) -> None:
+        """The server is stopping: wake every subscriber so its stream can end."""
+        self.closing = True
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.wake.set()
 
     def check_room(self) -> None:
         """Overloaded (with a retry hint) when ``max_subscribers`` are subscribed."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import uvicorn
 import uvloop
@@ -12,6 +14,19 @@ import uvloop
 from ..runtime import Runtime
 from .app import ServerConfig, create_app
 from .tenants import TenantDirectory
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, with the signals left to :func:`serve_http`.
+
+    uvicorn re-raises a captured SIGTERM once it has shut down, which would kill the
+    process before the worker processes are stopped and the models closed.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Install nothing: :func:`serve_http` handles SIGINT and SIGTERM."""
+        yield
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -46,7 +61,7 @@ async def serve_http(
     slices under a :class:`~dormant.workers.Supervisor`; this process only serves HTTP.
     """
     app = create_app(runtime, tenants, config)
-    server = uvicorn.Server(
+    server = Server(
         uvicorn.Config(
             app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=30
         )
@@ -59,11 +74,30 @@ async def serve_http(
 
         supervisor = Supervisor(worker_argv, workers, say=say)
         supervising = asyncio.create_task(supervisor.run())
+        await asyncio.sleep(0)  # it installs its signal handlers first; ours replace them
     names = ", ".join(sorted(runtime.agents))
     say(f"dormant serving http://{host}:{port} on {runtime.store.url} (agents: {names})")
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        server.should_exit = True  # stop accepting; open requests and running slices finish
+        app.state.server.hub.close()  # event streams end now, or shutdown would wait for them
+        if signals > 1:
+            server.force_exit = True
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
     try:
         await server.serve(sockets=[sock])
     finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
         sock.close()
         if supervisor is not None and supervising is not None:
             supervisor.stop()

@@ -81,6 +81,13 @@ async def thread_events(
                 mark = now
                 data = {"status": thread.status, "awaiting": thread.awaiting, "error": thread.error}
                 yield ServerSentEvent(data=json.dumps(data), event="status", id=str(after))
+            if state.hub.closing:
+                data = {
+                    "code": "shutting_down",
+                    "message": "the server is stopping; resume with Last-Event-ID",
+                }
+                yield ServerSentEvent(data=json.dumps(data), event="error")
+                return
             if sub.dropped is not None:
                 yield ServerSentEvent(
                     data=json.dumps({"code": "slow_client", "message": sub.dropped}), event="error"
