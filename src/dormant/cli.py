@@ -1,6 +1,6 @@
-"""The ``dormant`` command line: init, run, send, chat, threads, show, export, status, retry, doctor,
-demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, shared plumbing in
-:mod:`dormant.cli_base`).
+"""The ``dormant`` command line: init, run, serve, tenants, send, chat, threads, show, export, status,
+retry, doctor, demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, ``tenants`` in
+:mod:`dormant.server.cli_tenants`, shared plumbing in :mod:`dormant.cli_base`).
 
 Every option has a ``DORMANT_*`` environment variable, shown in ``--help``.
 Settings are validated once (:meth:`Settings.from_env`). Expected errors

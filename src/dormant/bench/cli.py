@@ -193,6 +193,9 @@ def serve_load(
     seconds: Annotated[
         float, typer.Option(min=1, max=600, envvar="DORMANT_BENCH_SECONDS", help="posting time")
     ] = 20.0,
+    store: Annotated[
+        str, typer.Option(envvar="DORMANT_BENCH_STORE", help="sqlite (a temporary file) or memory")
+    ] = "sqlite",
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/serve"),
 ) -> None:
     """Load on `dormant serve` over loopback: SSE clients + admissions at the highest steady rate.
@@ -204,7 +207,10 @@ def serve_load(
 
     from .serve import Params, run
 
-    figures = asyncio.run(run(Params(clients=clients, posters=posters, seconds=seconds), out))
+    if store not in ("sqlite", "memory"):
+        raise typer.BadParameter("--store must be sqlite or memory")
+    params = Params(clients=clients, posters=posters, seconds=seconds, store=store)
+    figures = asyncio.run(run(params, out))
     table = Table(title="serve")
     table.add_column("figure")
     table.add_column("value", justify="right")

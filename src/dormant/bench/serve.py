@@ -43,6 +43,8 @@ class Params:
     seconds: float = 20.0
     connect_timeout_s: float = 60.0
     concurrency: int = 64
+    #: ``sqlite`` (a file in a temporary directory) or ``memory`` (the in-RAM baseline)
+    store: str = "sqlite"
 
 
 @dataclass
@@ -67,6 +69,12 @@ class Figures:
     rss_connected_bytes: int = 0
     rss_end_bytes: int = 0
     rss_per_connection_bytes: float = 0.0
+    #: CPU seconds used while posting, by the server and by this (client) process: on a
+    #: shared machine this says which side was the bottleneck
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+    posting_s: float = 0.0
+    server_cpu_ms_per_admission: float = 0.0
     stream_queue_bytes: int = ServerConfig.stream_queue_bytes
     queue_cap_total_bytes: int = 0
     notes: list[str] = field(default_factory=list)
@@ -173,7 +181,8 @@ async def run(params: Params, out: Path) -> Figures:
         key = await _key(tenants)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        cmd = [sys.executable, "-m", "dormant.cli", "serve", "--store", f"sqlite:///{tmp}/bench.db"]
+        store = "memory://" if params.store == "memory" else f"sqlite:///{tmp}/bench.db"
+        cmd = [sys.executable, "-m", "dormant.cli", "serve", "--store", store]
         cmd += ["--port", str(port), "--tenants", tenants, "--concurrency", str(params.concurrency)]
         log = (out / "server.log").open("wb")
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=log, stderr=log)
@@ -221,17 +230,24 @@ async def run(params: Params, out: Path) -> Figures:
                     for _ in range(params.posters)
                 ]
                 started = time.perf_counter()
+                server_cpu = sum(server.cpu_times()[:2])
+                client_cpu = sum(psutil.Process().cpu_times()[:2])
                 await asyncio.sleep(params.seconds)
                 stop.set()
                 await asyncio.gather(*posters, return_exceptions=True)
                 await poster_client.aclose()
                 elapsed = time.perf_counter() - started
+                fig.posting_s = round(elapsed, 2)
+                fig.server_cpu_s = round(sum(server.cpu_times()[:2]) - server_cpu, 2)
+                fig.client_cpu_s = round(sum(psutil.Process().cpu_times()[:2]) - client_cpu, 2)
                 await asyncio.sleep(2.0)  # events of the last admissions arrive
                 fig.rss_end_bytes = server.memory_info().rss
                 for task in streams:
                     task.cancel()
                 await asyncio.gather(*streams, return_exceptions=True)
             fig.admissions_per_s = round(fig.admissions / elapsed, 1)
+            if fig.admissions:
+                fig.server_cpu_ms_per_admission = round(fig.server_cpu_s * 1000 / fig.admissions, 2)
             fig.admit_p50_ms = round(pct(latency, 0.5) * 1000, 2)
             fig.admit_p99_ms = round(pct(latency, 0.99) * 1000, 2)
             fig.user_lag_p50_ms = round(pct(user_lag, 0.5) * 1000, 2)
