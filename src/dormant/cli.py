@@ -1,6 +1,7 @@
 """The ``dormant`` command line: init, run, serve, tenants, send, chat, threads, show, export, status,
-retry, doctor, demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, ``tenants`` in
-:mod:`dormant.server.cli_tenants`, shared plumbing in :mod:`dormant.cli_base`).
+retry, doctor, demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, ``serve`` in
+:mod:`dormant.cli_serve`, ``tenants`` in :mod:`dormant.server.cli_tenants`, shared plumbing in
+:mod:`dormant.cli_base` and :mod:`dormant.cli_agents`).
 
 Every option has a ``DORMANT_*`` environment variable, shown in ``--help``.
 Settings are validated once (:meth:`Settings.from_env`). Expected errors
@@ -13,10 +14,8 @@ paged: no command prints an unbounded list.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
-import os
 import signal
 import sys
 import time
@@ -32,8 +31,17 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from .agent import Agent
-from .app import DEFAULT_BASE_URL, SCRIPTED, load_agents
+from .app import DEFAULT_BASE_URL, SCRIPTED
+from .cli_agents import (
+    AppOpt,
+    BaseUrlOpt,
+    ConcurrencyOpt,
+    ModelOpt,
+    SystemOpt,
+    agents_for,
+    close_models,
+    worker_command,
+)
 from .cli_base import (
     LimitOpt,
     MaxCharsOpt,
@@ -53,6 +61,8 @@ from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
 from .records import Priority
 from .runtime import Runtime
+from .store import open_store
+from .urls import redact, scrub
 
 app = typer.Typer(
     name="dormant",
@@ -64,41 +74,6 @@ app = typer.Typer(
 
 # -- shared options (more in cli_base) -----------------------------------------------------
 
-AppOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--app",
-        envvar="DORMANT_APP",
-        help="Agents to host: 'module:attr' naming a list of Agent or a callable returning one.",
-    ),
-]
-ModelOpt = Annotated[
-    str,
-    typer.Option(
-        "--model",
-        envvar="DORMANT_MODEL",
-        help="Model of the built-in 'assistant' agent: 'scripted' (echo) or a model name "
-        "served by --base-url.",
-    ),
-]
-BaseUrlOpt = Annotated[
-    str,
-    typer.Option(
-        "--base-url",
-        envvar="DORMANT_BASE_URL",
-        help="OpenAI-compatible endpoint of --model (API key from DORMANT_API_KEY or OPENAI_API_KEY).",
-    ),
-]
-SystemOpt = Annotated[
-    str | None,
-    typer.Option("--system", envvar="DORMANT_SYSTEM", help="System prompt of the built-in agent."),
-]
-ConcurrencyOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--concurrency", envvar="DORMANT_CONCURRENCY", min=1, help="Slices running at once (default: 64)."
-    ),
-]
 CursorOpt = Annotated[
     str | None,
     typer.Option("--cursor", envvar="DORMANT_CURSOR", help="Resume after this cursor (printed by a page)."),
@@ -110,21 +85,6 @@ AgentOpt = Annotated[
 
 
 # -- plumbing (more in cli_base) -----------------------------------------------------------
-
-
-def agents_for(app_spec: str | None, model: str, base_url: str, system: str | None) -> list[Agent]:
-    """The agents this invocation hosts (see :mod:`dormant.app`)."""
-    return load_agents(app_spec, model=model, base_url=base_url, system=system)
-
-
-async def close_models(agents: Sequence[Agent]) -> None:
-    """Close models that hold resources (HTTP clients)."""
-    for agent in agents:
-        aclose = getattr(agent.model, "aclose", None)
-        if callable(aclose):
-            result = aclose()
-            if inspect.isawaitable(result):
-                await result
 
 
 _RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -141,7 +101,7 @@ class EventFormatter(logging.Formatter):
             line += " " + extras
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return scrub(line)  # no store password in a log line, whoever built the text
 
 
 class LogLevel(StrEnum):
@@ -190,9 +150,12 @@ def init(store: StoreOpt = DEFAULT_STORE) -> None:
         settings = settings_for(store)
         async with opened_store(settings, create=True) as st:
             status = await st.status()
-        out.print(f"store {settings.store} ready (schema version {status.schema_version})")
-        if settings.store.startswith("memory://"):
-            out.print("note: memory:// lives only as long as one process; use sqlite:///path.db to keep data")
+        out.print(f"store {redact(settings.store)} ready (schema version {status.schema_version})")
+        if not st.persistent:
+            out.print(
+                f"note: {redact(settings.store)} lives only as long as one process; "
+                "use sqlite:///path.db to keep data"
+            )
 
     run_async(go())
 
@@ -252,113 +215,27 @@ def run_workers(
     from .workers import Supervisor
 
     settings = settings_for(store, concurrency=concurrency)  # validated once, here
-    if settings.store.startswith("memory://"):
-        fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
-    argv = worker_argv(settings.store, until_idle, concurrency, app_spec, model, base_url, system)
-    env = dict(os.environ)
-    env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
+    if not open_store(settings.store).persistent:
+        fail(
+            UsageError(
+                f"{redact(settings.store)} lives in one process: --workers needs sqlite:///... or postgresql://..."
+            )
+        )
+    argv, env = worker_command(
+        settings.store,
+        until_idle=until_idle,
+        concurrency=concurrency,
+        app_spec=app_spec,
+        model=model,
+        base_url=base_url,
+        system=system,
+    )
     supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
-    err.print(f"dormant supervising {workers} workers on {settings.store}", style="dim")
+    err.print(f"dormant supervising {workers} workers on {redact(settings.store)}", style="dim")
     code = asyncio.run(supervisor.run())
     out.print(f"workers stopped (exit {code})")
     if code:
         raise typer.Exit(code)
-
-
-def worker_argv(
-    store: str,
-    until_idle: bool,
-    concurrency: int | None,
-    app_spec: str | None,
-    model: str,
-    base_url: str,
-    system: str | None,
-) -> list[str]:
-    """The command line of one single-process worker (``dormant run --workers 1``)."""
-    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1", "--store", store]
-    argv += ["--model", model, "--base-url", base_url]
-    if until_idle:
-        argv.append("--until-idle")
-    if concurrency is not None:
-        argv += ["--concurrency", str(concurrency)]
-    if app_spec is not None:
-        argv += ["--app", app_spec]
-    if system is not None:
-        argv += ["--system", system]
-    return argv
-
-
-@app.command("serve")
-def serve_command(
-    store: StoreOpt = DEFAULT_STORE,
-    host: Annotated[
-        str, typer.Option("--host", envvar="DORMANT_HOST", help="Address to listen on.")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", envvar="DORMANT_PORT", min=0, max=65535, help="TCP port.")
-    ] = 8080,
-    tenants: Annotated[
-        str | None,
-        typer.Option(
-            "--tenants",
-            envvar="DORMANT_TENANTS",
-            help="Tenant directory (a SQLite file; default: <store file>.tenants.db).",
-        ),
-    ] = None,
-    concurrency: ConcurrencyOpt = None,
-    app_spec: AppOpt = None,
-    model: ModelOpt = SCRIPTED,
-    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
-    system: SystemOpt = None,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            envvar="DORMANT_WORKERS",
-            min=1,
-            max=256,
-            help="1: this process runs the slices. N > 1: N supervised `dormant run` processes run them "
-            "and this process serves HTTP.",
-        ),
-    ] = 1,
-) -> None:
-    """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM."""
-    from .server.app import ServerConfig
-    from .server.cli_tenants import tenants_path
-    from .server.main import run as run_server
-    from .server.main import serve_http
-    from .server.tenants import SQLiteTenantDirectory
-
-    settings = settings_for(store, concurrency=concurrency)
-    if workers > 1 and settings.store.startswith("memory://"):
-        fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
-    argv = None
-    if workers > 1:
-        argv = worker_argv(settings.store, False, concurrency, app_spec, model, base_url, system)
-
-    async def go() -> None:
-        agents = agents_for(app_spec, model, base_url, system)
-        directory = SQLiteTenantDirectory(tenants_path(tenants, settings.store))
-        config = ServerConfig(run_slices=workers == 1, poll_s=10.0 if workers == 1 else 0.5)
-        try:
-            rt = Runtime(settings.store, agents, settings=settings)
-            await serve_http(
-                rt,
-                directory,
-                host=host,
-                port=port,
-                config=config,
-                worker_argv=argv,
-                workers=workers,
-                say=lambda line: err.print(line, style="dim"),
-            )
-        finally:
-            await close_models(agents)
-
-    try:
-        run_server(go)
-    except DormantError as exc:
-        fail(exc)
 
 
 async def serve(rt: Runtime, *, until_idle: bool) -> None:
@@ -397,7 +274,8 @@ async def serve(rt: Runtime, *, until_idle: bool) -> None:
             pass
     # printed once the handlers are in place: a signal from now on stops gracefully
     err.print(
-        f"dormant running on {rt.store.url} (agents: {names}; concurrency {rt.settings.concurrency}) {mode}",
+        f"dormant running on {redact(rt.store.url)} (agents: {names}; "
+        f"concurrency {rt.settings.concurrency}) {mode}",
         style="dim",
     )
     started = time.perf_counter()
@@ -490,7 +368,8 @@ def chat(
             try:
                 cursor = runner.run(last_seq(rt, thread))
                 if interactive:
-                    err.print(f"chatting with thread {thread} on {settings.store}; /quit or Ctrl-D ends")
+                    where = redact(settings.store)
+                    err.print(f"chatting with thread {thread} on {where}; /quit or Ctrl-D ends")
                 while True:
                     line = read_line(interactive)
                     if line is None:
@@ -660,10 +539,11 @@ def status(
         async with opened_store(settings) as st:
             s = await st.status()
         if as_json:
-            data = {"store": settings.store, **msgspec.structs.asdict(s)}
+            data = {"store": redact(settings.store), **msgspec.structs.asdict(s)}
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
             return
-        table = Table(title=f"dormant status — {settings.store}", show_header=False, title_justify="left")
+        title = f"dormant status — {redact(settings.store)}"
+        table = Table(title=title, show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("count", justify="right")
 
@@ -790,13 +670,15 @@ def _mount_bench() -> None:
 _mount_bench()
 
 
-def _mount_tenants() -> None:
+def _mount_serve() -> None:
+    from .cli_serve import serve_command
     from .server.cli_tenants import tenants_app
 
+    app.command("serve")(serve_command)
     app.add_typer(tenants_app, name="tenants")
 
 
-_mount_tenants()
+_mount_serve()
 
 
 def main() -> None:

@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import signal
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import uvicorn
 import uvloop
 
 from ..runtime import Runtime
+from ..urls import redact
 from .app import ServerConfig, create_app
 from .tenants import TenantDirectory
 
@@ -51,14 +52,15 @@ async def serve_http(
     host: str,
     port: int,
     config: ServerConfig,
-    worker_argv: Sequence[str] | None = None,
+    worker_command: tuple[Sequence[str], Mapping[str, str]] | None = None,
     workers: int = 1,
     say: Callable[[str], None] = print,
 ) -> None:
     """Serve until SIGINT/SIGTERM (then running slices finish and the store closes).
 
-    With ``worker_argv``, ``workers`` processes running it (``dormant run``) execute the
-    slices under a :class:`~dormant.workers.Supervisor`; this process only serves HTTP.
+    With ``worker_command`` (argv, environment), ``workers`` processes running it
+    (``dormant run``) execute the slices under a :class:`~dormant.workers.Supervisor`;
+    this process only serves HTTP.
     """
     app = create_app(runtime, tenants, config)
     server = Server(
@@ -69,14 +71,15 @@ async def serve_http(
     sock = listen(host, port)
     supervisor = None
     supervising: asyncio.Task[int] | None = None
-    if worker_argv is not None:
+    if worker_command is not None:
         from ..workers import Supervisor
 
-        supervisor = Supervisor(worker_argv, workers, say=say)
+        argv, env = worker_command
+        supervisor = Supervisor(argv, workers, env=dict(env), say=say)
         supervising = asyncio.create_task(supervisor.run())
         await asyncio.sleep(0)  # it installs its signal handlers first; ours replace them
     names = ", ".join(sorted(runtime.agents))
-    say(f"dormant serving http://{host}:{port} on {runtime.store.url} (agents: {names})")
+    say(f"dormant serving http://{host}:{port} on {redact(runtime.store.url)} (agents: {names})")
     loop = asyncio.get_running_loop()
     signals = 0
 
