@@ -17,11 +17,11 @@ from .cli_agents import (
     close_models,
     worker_command,
 )
-from .cli_base import StoreOpt, err, fail, settings_for
+from .cli_base import StoreOpt, err, fail, out, settings_for
 from .config import DEFAULT_STORE
-from .errors import DormantError, UsageError
+from .errors import DormantError, NotFound, UsageError
 from .runtime import Runtime
-from .store import open_store
+from .store import Store, open_store
 from .urls import redact
 
 
@@ -33,12 +33,13 @@ def serve_command(
     port: Annotated[
         int, typer.Option("--port", envvar="DORMANT_PORT", min=0, max=65535, help="TCP port.")
     ] = 8080,
-    tenants: Annotated[
+    bootstrap_tenant: Annotated[
         str | None,
         typer.Option(
-            "--tenants",
-            envvar="DORMANT_TENANTS",
-            help="Tenant directory (a SQLite file; default: <store file>.tenants.db).",
+            "--bootstrap-tenant",
+            envvar="DORMANT_BOOTSTRAP_TENANT",
+            help="Create this tenant if missing and print a new API key of it on stdout at start "
+            "(for a memory:// store, which no other command can reach).",
         ),
     ] = None,
     concurrency: ConcurrencyOpt = None,
@@ -58,12 +59,13 @@ def serve_command(
         ),
     ] = 1,
 ) -> None:
-    """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM."""
+    """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM.
+
+    Callers authenticate with API keys of tenants kept in the store (``dormant tenants``).
+    """
     from .server.app import ServerConfig
-    from .server.cli_tenants import tenants_path
     from .server.main import run as run_server
     from .server.main import serve_http
-    from .server.tenants import SQLiteTenantDirectory
 
     settings = settings_for(store, concurrency=concurrency)
     if workers > 1 and not open_store(settings.store).persistent:
@@ -86,13 +88,13 @@ def serve_command(
 
     async def go() -> None:
         agents = agents_for(app_spec, model, base_url, system)
-        directory = SQLiteTenantDirectory(tenants_path(tenants, settings.store))
         config = ServerConfig(run_slices=workers == 1, poll_s=10.0 if workers == 1 else 0.5)
         try:
             rt = Runtime(settings.store, agents, settings=settings)
+            if bootstrap_tenant is not None:
+                await bootstrap(rt.store, bootstrap_tenant)
             await serve_http(
                 rt,
-                directory,
                 host=host,
                 port=port,
                 config=config,
@@ -107,3 +109,15 @@ def serve_command(
         run_server(go)
     except DormantError as exc:
         fail(exc)
+
+
+async def bootstrap(store: Store, name: str) -> None:
+    """Open ``store``, create tenant ``name`` unless it exists, print a new key of it (stdout)."""
+    await store.open()
+    try:
+        tenant = await store.tenant(name)
+    except NotFound:
+        tenant = await store.create_tenant(name)
+    key, token = await store.create_key(tenant.id)
+    err.print(f"key {key.id} for tenant {tenant.name}; it is not shown again:", style="dim")
+    out.print(token)

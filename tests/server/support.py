@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from dormant.agent import Agent
 from dormant.config import Settings
 from dormant.runtime import Runtime
-from dormant.server import ServerConfig, SQLiteTenantDirectory, create_app
+from dormant.server import ServerConfig, create_app
 from dormant.server.main import listen
 
 
@@ -47,13 +47,13 @@ async def serve(
     options: dict[str, object] = {"store": store, "poll_s": 0.05, "retry_base_s": 0.05, "model_retries": 0}
     options.update(settings)
     runtime = Runtime(store, agents, settings=Settings.build(**options))
-    tenants = SQLiteTenantDirectory(":memory:")
-    await tenants.open()
+    await runtime.open()  # the app's lifespan finds it open; tenants live in its store
+    tenants = runtime.store
     a = await tenants.create_tenant("acme")
     b = await tenants.create_tenant("bravo")
     _, key_a = await tenants.create_key(a.id)
     _, key_b = await tenants.create_key(b.id)
-    app = create_app(runtime, tenants, config or ServerConfig(poll_s=0.2, heartbeat_s=1.0))
+    app = create_app(runtime, config or ServerConfig(poll_s=0.2, heartbeat_s=1.0))
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
     server = uvicorn.Server(

@@ -8,6 +8,7 @@ event stream is fuzzed with a bounded number of examples, authenticated as one t
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -21,14 +22,15 @@ from dormant.agent import Agent
 from dormant.config import Settings
 from dormant.models import echo_model
 from dormant.runtime import Runtime
-from dormant.server import ServerConfig, SQLiteTenantDirectory, create_app
+from dormant.server import ServerConfig, create_app
 from dormant.server.main import listen
+from dormant.store import open_store
 
-RUNTIME = Runtime(
-    "memory://", [Agent(name="assistant", model=echo_model())], settings=Settings.build(poll_s=0.05)
-)
-TENANTS = SQLiteTenantDirectory(":memory:")
-APP = create_app(RUNTIME, TENANTS, ServerConfig(reply_timeout_s=5, heartbeat_s=1))
+# a file store: the key is made on another event loop than the server's, with the store
+# closed in between (a memory:// store would forget it)
+STORE = f"sqlite:///{tempfile.mkdtemp(prefix='dormant-fuzz-')}/fuzz.db"
+RUNTIME = Runtime(STORE, [Agent(name="assistant", model=echo_model())], settings=Settings.build(poll_s=0.05))
+APP = create_app(RUNTIME, ServerConfig(reply_timeout_s=5, heartbeat_s=1))
 schema = schemathesis.openapi.from_dict(APP.openapi()).exclude(path_regex=r".*/events$")
 
 
@@ -37,9 +39,13 @@ def live() -> Iterator[tuple[str, str]]:
     """The server's base URL and a tenant's API key."""
 
     async def make_key() -> str:
-        await TENANTS.open()
-        tenant = await TENANTS.create_tenant("fuzz")
-        return (await TENANTS.create_key(tenant.id))[1]
+        store = open_store(STORE)  # closed again here: the app's lifespan opens its own
+        await store.open()
+        try:
+            tenant = await store.create_tenant("fuzz")
+            return (await store.create_key(tenant.id))[1]
+        finally:
+            await store.close()
 
     key = asyncio.run(make_key())
     sock = listen("127.0.0.1", 0)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import socket
 import sys
@@ -31,7 +30,6 @@ import httpx
 import psutil
 
 from ..server.app import ServerConfig
-from ..server.tenants import SQLiteTenantDirectory
 
 
 @dataclass
@@ -95,14 +93,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _key(tenants: str) -> str:
-    directory = SQLiteTenantDirectory(tenants)
-    await directory.open()
-    try:
-        tenant = await directory.create_tenant("bench")
-        return (await directory.create_key(tenant.id))[1]
-    finally:
-        await directory.close()
+async def _key(proc: asyncio.subprocess.Process, timeout: float) -> str:
+    """The API key the server prints on stdout at start (``--bootstrap-tenant``)."""
+    assert proc.stdout is not None
+    async with asyncio.timeout(timeout):
+        line = await proc.stdout.readline()
+    key = line.decode().strip()
+    if not key.startswith("dk_"):
+        raise RuntimeError(f"dormant serve printed no API key (got {key[:40]!r}); see server.log")
+    return key
 
 
 async def _wait_healthy(url: str, proc: asyncio.subprocess.Process, timeout: float) -> None:
@@ -177,16 +176,15 @@ async def run(params: Params, out: Path) -> Figures:
     fig = Figures(clients=params.clients)
     fig.queue_cap_total_bytes = fig.stream_queue_bytes * params.clients
     with tempfile.TemporaryDirectory(prefix="dormant-bench-serve-") as tmp:
-        tenants = os.path.join(tmp, "tenants.db")
-        key = await _key(tenants)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         store = "memory://" if params.store == "memory" else f"sqlite:///{tmp}/bench.db"
         cmd = [sys.executable, "-m", "dormant.cli", "serve", "--store", store]
-        cmd += ["--port", str(port), "--tenants", tenants, "--concurrency", str(params.concurrency)]
+        cmd += ["--port", str(port), "--bootstrap-tenant", "bench", "--concurrency", str(params.concurrency)]
         log = (out / "server.log").open("wb")
-        proc = await asyncio.create_subprocess_exec(*cmd, stdout=log, stderr=log)
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=log)
         try:
+            key = await _key(proc, 30)
             await _wait_healthy(url, proc, 30)
             server = psutil.Process(proc.pid)
             fig.rss_idle_bytes = server.memory_info().rss

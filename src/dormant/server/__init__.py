@@ -4,12 +4,12 @@ OpenAI-compatible Chat Completions and Responses — hosting one :class:`~dorman
 Modules: :mod:`.app` (the app and its lifespan), :mod:`.routes` (REST v1),
 :mod:`.streams` (SSE), :mod:`.hub` (wake-ups and live text), :mod:`.turns` (one
 exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`,
-:mod:`.tenants` (the :class:`TenantDirectory` and API keys), :mod:`.scope` (tenant
-scope of thread ids: an interim prefix until the store core scopes by tenant),
+:mod:`.cli_tenants` (``dormant tenants``: tenants and API keys live in the store,
+see :mod:`dormant.store.keys`), :mod:`.scope` (tenant scope of thread ids: an interim
+prefix until the store core scopes threads by tenant),
 :mod:`.limits` (body size before parsing), :mod:`.problems` (errors as JSON).
 """
 
 from .app import ServerConfig, create_app
-from .tenants import SQLiteTenantDirectory, TenantDirectory
 
-__all__ = ["SQLiteTenantDirectory", "ServerConfig", "TenantDirectory", "create_app"]
+__all__ = ["ServerConfig", "create_app"]

@@ -1,7 +1,7 @@
 """The ASGI app: hosts a :class:`~dormant.runtime.Runtime` in its lifespan.
 
-``create_app(runtime, tenants)`` builds a FastAPI app whose lifespan opens the
-runtime's store and the tenant directory, hooks the event hub into the runtime,
+``create_app(runtime)`` builds a FastAPI app whose lifespan opens the runtime's
+store (which also keeps the tenants and their API keys), hooks the event hub into the runtime,
 runs the runtime (scheduler and dispatcher) unless slices run in other processes,
 and stops it all gracefully (running slices finish) on shutdown.
 """
@@ -27,7 +27,6 @@ from .hub import Hub
 from .limits import BodyLimit
 from .schemas import Health
 from .scope import Scope
-from .tenants import TenantDirectory
 
 log = logging.getLogger("dormant.server")
 
@@ -61,7 +60,6 @@ class ServerState:
     """What route handlers reach through ``request.app.state.server``."""
 
     runtime: Runtime
-    tenants: TenantDirectory
     config: ServerConfig
     hub: Hub
     run_task: asyncio.Task[None] | None = None
@@ -89,13 +87,12 @@ async def tenant_scope(
     """The caller's tenant scope, from its bearer API key; 401 without a valid one."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("missing bearer API key")
-    tenant = await state_of(request).tenants.authenticate(credentials.credentials)
+    tenant = await state_of(request).runtime.store.authenticate(credentials.credentials)
     return Scope(tenant.id)
 
 
 def create_app(
     runtime: Runtime,
-    tenants: TenantDirectory,
     config: ServerConfig | None = None,
     *,
     metrics_app: ASGIApp | None = None,
@@ -110,11 +107,10 @@ def create_app(
         queue_bytes=config.stream_queue_bytes,
         poll_s=config.poll_s,
     )
-    state = ServerState(runtime=runtime, tenants=tenants, config=config, hub=hub)
+    state = ServerState(runtime=runtime, config=config, hub=hub)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await tenants.open()
         await runtime.open()
         runtime.on_change = hub.changed
         runtime.on_delta = hub.delta
@@ -136,7 +132,6 @@ def create_app(
             runtime.on_change = None
             runtime.on_delta = None
             await runtime.close()
-            await tenants.close()
 
     app = FastAPI(
         title="dormant",

@@ -14,7 +14,6 @@ import uvloop
 from ..runtime import Runtime
 from ..urls import redact
 from .app import ServerConfig, create_app
-from .tenants import TenantDirectory
 
 
 class Server(uvicorn.Server):
@@ -47,7 +46,6 @@ def listen(host: str, port: int) -> socket.socket:
 
 async def serve_http(
     runtime: Runtime,
-    tenants: TenantDirectory,
     *,
     host: str,
     port: int,
@@ -62,7 +60,7 @@ async def serve_http(
     (``dormant run``) execute the slices under a :class:`~dormant.workers.Supervisor`;
     this process only serves HTTP.
     """
-    app = create_app(runtime, tenants, config)
+    app = create_app(runtime, config)
     server = Server(
         uvicorn.Config(
             app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=30

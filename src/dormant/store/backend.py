@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import UsageError
 from ..records import (
     Admission,
+    ApiKey,
     BlobRef,
     Claim,
     CommitPlan,
@@ -46,6 +47,7 @@ from ..records import (
     OutboxOutcome,
     StoreStatus,
     Summary,
+    Tenant,
     Thread,
 )
 
@@ -247,6 +249,36 @@ class Backend(Protocol):
     async def sweep_blobs(self) -> int:
         """Remove what blob writes that never finished left more than
         :data:`dormant.blobs.TMP_TTL_S` ago; how many chunks went."""
+        ...
+
+    # -- tenants and API keys (rare, small writes) -----------------------------------
+
+    async def insert_tenant(self, tenant: Tenant) -> bool:
+        """Insert the tenant; False (nothing written) when its name or id is taken."""
+        ...
+
+    async def find_tenant(self, name_or_id: str) -> Tenant | None:
+        """The tenant with that id, else with that name; None if neither."""
+        ...
+
+    async def tenant_rows(self, after: str, limit: int) -> list[Tenant]:
+        """Tenants whose name sorts after ``after``, by name."""
+        ...
+
+    async def insert_key(self, key: ApiKey, salt: bytes, digest: bytes) -> None:
+        """Insert a key of an existing tenant (the core checked it exists)."""
+        ...
+
+    async def revoke_key(self, key_id: str, now: float) -> ApiKey | None:
+        """Set the key's ``revoked_at`` to ``now`` unless already revoked; its row, None if missing."""
+        ...
+
+    async def key_rows(self, tenant_id: str, after: str, limit: int) -> list[ApiKey]:
+        """The tenant's keys whose id sorts after ``after``, by id."""
+        ...
+
+    async def live_key(self, key_id: str) -> tuple[bytes, bytes, Tenant] | None:
+        """A key that is not revoked: its salt, its digest and its tenant; None otherwise."""
         ...
 
     # -- optional abilities (fallbacks in BackendDefaults) ---------------------------

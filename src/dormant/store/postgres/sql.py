@@ -234,3 +234,35 @@ DELETE_BLOB_CHUNKS = "DELETE FROM blob_chunks WHERE ref = ANY (%s)"
 # -- the throwaway test server (embedded.py) ------------------------------------------
 ALTER_SYSTEM = "ALTER SYSTEM SET {name} = '{value}'"  # names and values from embedded.NOT_DURABLE
 RELOAD_CONF = "SELECT pg_reload_conf()"
+
+# -- tenants and API keys --------------------------------------------------------------
+
+INSERT_TENANT = (
+    "INSERT INTO tenants (id, name, created_at) VALUES (%s, %s, %s::float8) "
+    "ON CONFLICT DO NOTHING RETURNING id"
+)
+FIND_TENANT = (
+    "SELECT id, name, created_at FROM tenants WHERE id = %(key)s OR name = %(key)s "
+    "ORDER BY id = %(key)s DESC LIMIT 1"
+)
+TENANT_PAGE = "SELECT id, name, created_at FROM tenants WHERE name > %s ORDER BY name LIMIT %s"
+INSERT_KEY = (
+    "INSERT INTO api_keys (id, tenant_id, salt, digest, created_at) VALUES (%s, %s, %s, %s, %s::float8)"
+)
+# the key's row after the update: the updated one, else (already revoked, or missing)
+# the row as it was (the outer SELECT sees the snapshot from before the update)
+REVOKE_KEY = (
+    "WITH done AS (UPDATE api_keys SET revoked_at = %(now)s::float8 "
+    "WHERE id = %(id)s AND revoked_at IS NULL RETURNING id, tenant_id, created_at, revoked_at) "
+    "SELECT * FROM done UNION ALL "
+    "SELECT id, tenant_id, created_at, revoked_at FROM api_keys "
+    "WHERE id = %(id)s AND NOT EXISTS (SELECT 1 FROM done)"
+)
+KEY_PAGE = (
+    "SELECT id, tenant_id, created_at, revoked_at FROM api_keys WHERE tenant_id = %s AND id > %s "
+    "ORDER BY id LIMIT %s"
+)
+LIVE_KEY = (
+    "SELECT k.salt, k.digest, t.id, t.name, t.created_at FROM api_keys k "
+    "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = %s AND k.revoked_at IS NULL"
+)

@@ -139,3 +139,20 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_pending ON outbox (available_at) WHERE status = 'pending';
 CREATE INDEX outbox_running ON outbox (lease_expires) WHERE status = 'running';
+
+-- Tenants of `dormant serve` and their API keys. A key keeps only a random salt and
+-- sha256(salt || secret); its secret is shown once.
+CREATE TABLE tenants (
+    id         TEXT PRIMARY KEY,
+    name       TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL
+);
+CREATE TABLE api_keys (
+    id         TEXT PRIMARY KEY,
+    tenant_id  TEXT NOT NULL REFERENCES tenants(id),
+    salt       BLOB NOT NULL,
+    digest     BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);

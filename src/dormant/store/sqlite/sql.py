@@ -343,3 +343,24 @@ WHERE awaiting > n
 """
 DOCTOR_STALLED = f"SELECT COUNT(*) {_STALLED}"
 DOCTOR_STALLED_SAMPLE = f"SELECT id, awaiting, n {_STALLED} ORDER BY id LIMIT ?"
+
+# -- tenants and API keys --------------------------------------------------------------
+
+INSERT_TENANT = (
+    "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
+)
+FIND_TENANT = (
+    "SELECT id, name, created_at FROM tenants WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1"
+)
+TENANT_PAGE = "SELECT id, name, created_at FROM tenants WHERE name > ? ORDER BY name LIMIT ?"
+INSERT_KEY = "INSERT INTO api_keys (id, tenant_id, salt, digest, created_at) VALUES (?, ?, ?, ?, ?)"
+REVOKE_KEY = "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL"
+GET_KEY = "SELECT id, tenant_id, created_at, revoked_at FROM api_keys WHERE id = ?"
+KEY_PAGE = (
+    "SELECT id, tenant_id, created_at, revoked_at FROM api_keys WHERE tenant_id = ? AND id > ? "
+    "ORDER BY id LIMIT ?"
+)
+LIVE_KEY = (
+    "SELECT k.salt, k.digest, t.id, t.name, t.created_at FROM api_keys k "
+    "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = ? AND k.revoked_at IS NULL"
+)
