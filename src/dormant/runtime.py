@@ -330,9 +330,9 @@ class Runtime:
         """One thread's row."""
         return await self.store.get_thread(thread_id)
 
-    async def status(self) -> StoreStatus:
-        """Store-wide counts."""
-        return await self.store.status()
+    async def status(self, tenant: str | None = None) -> StoreStatus:
+        """Store-wide counts; with ``tenant``, that tenant's (see :meth:`Store.status`)."""
+        return await self.store.status(tenant)
 
     async def delete_thread(self, thread_id: str) -> int:
         """Delete a thread and its descendants with their histories and unshared blobs;

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dormant.errors import NotFound, Unauthenticated, UsageError
+from dormant.records import NewThread
 from dormant.store.base import Store
+from tests.contract.support import turn, user
 
 
 async def test_tenant_names_are_unique_and_checked(store: Store) -> None:
@@ -64,3 +66,29 @@ async def test_keys_are_paged_per_tenant(store: Store) -> None:
     assert [k.id for k in first.items] == made[:2] and first.next_cursor == made[1]
     rest = await store.list_keys(acme.id, cursor=first.next_cursor, limit=2)
     assert [k.id for k in rest.items] == made[2:] and rest.next_cursor is None
+
+
+async def test_a_tenants_status_counts_only_its_threads_and_their_children(store: Store) -> None:
+    acme = await store.create_tenant("acme")
+    other = await store.create_tenant("other")
+    root = f"{acme.id}/a"
+    # a slice of acme's root spawns a child (whose id extends its parent's) and writes messages
+    await turn(
+        store,
+        root,
+        "k1",
+        reply="spawned",
+        threads=[NewThread(id=f"{root}/call1", agent="a", parent_id=root, parent_seq=1)],
+    )
+    await store.admit([user(f"{root}/call1", "k2"), user(f"{acme.id}/b", "k3")])
+    await store.admit([user(f"{other.id}/a", "k4"), user("plain", "k5")])  # another tenant; default
+    mine = await store.status(acme.id)
+    assert mine.threads_by_status == {"active": 3}
+    assert mine.backlog_by_priority == {"P1": 2}
+    assert mine.messages == 2  # the root's user message and reply
+    theirs = await store.status(other.id)
+    assert theirs.threads_by_status == {"active": 1} and theirs.messages == 0
+    assert (await store.status("t000000000000")).threads_by_status == {}
+    everything = await store.status()
+    assert everything.threads_by_status == {"active": 5}
+    assert everything.backlog_by_priority == {"P1": 4}

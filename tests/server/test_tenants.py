@@ -46,6 +46,11 @@ async def test_second_tenant_gets_404_on_every_route_with_the_first_tenants_ids(
             return len((await a.get("/v1/threads/secret/messages")).json()["items"]) == 2
 
         await eventually(two)
+        # /v1/status counts only the caller's tenant: a's thread and messages, nothing for b
+        status_a = (await a.get("/v1/status")).json()
+        status_b = (await b.get("/v1/status")).json()
+        assert status_a["threads_by_status"] == {"active": 1} and status_a["messages"] == 2
+        assert status_b["threads_by_status"] == {} and status_b["messages"] == 0
         mine = (await a.get("/v1/threads/secret/messages", params={"limit": 1})).json()
         cursor = mine["next_cursor"]
         thread_cursor = "secre"

@@ -181,5 +181,6 @@ async def retry_thread(request: Request, scope: TenantScope, thread_id: str) -> 
 
 @router.get("/status", response_model=StatusOut, tags=["status"])
 async def status(request: Request, scope: TenantScope) -> StatusOut:
-    """Store-wide counts (numbers only; no tenant's ids or content)."""
-    return StatusOut.of(await runtime_of(request).status())
+    """The caller's tenant's counts: its threads (children included), their backlog, calls
+    and messages. Nothing of another tenant, not even store-wide totals."""
+    return StatusOut.of(await runtime_of(request).status(scope.tenant_id))

@@ -153,7 +153,7 @@ class ToolResultIn(Body):
 
 
 class StatusOut(BaseModel):
-    """Store-wide counts (the whole store, not only the caller's tenant)."""
+    """The caller's tenant's counts (never the whole store's)."""
 
     threads_by_status: dict[str, int]
     threads_ready: int

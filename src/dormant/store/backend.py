@@ -223,6 +223,11 @@ class Backend(Protocol):
         """Counts and sizes (see :class:`~dormant.records.StoreStatus`)."""
         ...
 
+    async def tenant_status(self, tenant: str) -> StoreStatus:
+        """The counts of the threads whose ``tenant`` column is ``tenant`` (and of their
+        inputs, calls and messages); no sizes (0)."""
+        ...
+
     async def delete_threads(self, thread_id: str) -> list[str]:
         """Delete the thread, its descendants, all their rows and the blobs no thread refers
         to any more, one transaction; the ids deleted. NotFound if missing; InvalidInput

@@ -189,8 +189,9 @@ class Store(Protocol):
         """Whether any input is ready now, any slice is leased or any call is open."""
         ...
 
-    async def status(self) -> StoreStatus:
-        """Counts of threads, backlog, outbox and sizes."""
+    async def status(self, tenant: str | None = None) -> StoreStatus:
+        """Counts of threads, backlog, outbox and sizes; with ``tenant`` (a tenant id),
+        only the counts of that tenant's threads (sizes 0)."""
         ...
 
     async def delete_thread(self, thread_id: str) -> int:

@@ -350,9 +350,12 @@ class StoreCore:
         """Ready input, a leased thread or an open call."""
         return await self.backend.has_work()
 
-    async def status(self) -> StoreStatus:
-        """Counts and sizes for ``dormant status``."""
-        return await self.backend.status()
+    async def status(self, tenant: str | None = None) -> StoreStatus:
+        """Counts and sizes for ``dormant status``; with ``tenant``, only that tenant's
+        counts (its threads and their children, inputs, calls and messages; no sizes)."""
+        if tenant is None:
+            return await self.backend.status()
+        return await self.backend.tenant_status(tenant)
 
     # -- blobs -----------------------------------------------------------------------
 

@@ -112,6 +112,7 @@ class PostgresBackend(BackendDefaults):
         self.outbox_rows = self.reads.outbox_rows
         self.has_work = self.reads.has_work
         self.status = self.reads.status
+        self.tenant_status = self.reads.tenant_status
         self.put_blob = self.blobs.put_blob
         self.blob_size = self.blobs.blob_size
         self.read_blob = self.blobs.read_blob

@@ -35,9 +35,14 @@ CREATE TABLE threads (
     -- prompt tokens of the thread's own messages, and of those its latest summary covers
     tokens            bigint NOT NULL DEFAULT 0,
     summarized_tokens bigint NOT NULL DEFAULT 0,
-    summary_seq       bigint NOT NULL DEFAULT 0
+    summary_seq       bigint NOT NULL DEFAULT 0,
+    -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
+    -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
+    -- whose ids extend their parent's, inherit it
+    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;

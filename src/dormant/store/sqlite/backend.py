@@ -454,6 +454,23 @@ class SQLiteBackend(BackendDefaults):
             schema_version=self._query(sql.GET_VERSION)[0][0],
         )
 
+    async def tenant_status(self, tenant: str) -> StoreStatus:
+        """One tenant's counts; no sizes."""
+        t = (tenant,)
+        outbox_counts = dict(self._query(sql.TENANT_OUTBOX_BY_STATUS, t))
+        return StoreStatus(
+            threads_by_status=dict(self._query(sql.TENANT_THREADS_BY_STATUS, t)),
+            threads_ready=self._query(sql.TENANT_THREADS_READY, (tenant, self.clock()))[0][0],
+            threads_leased=self._query(sql.TENANT_THREADS_LEASED, t)[0][0],
+            backlog_by_priority={f"P{p}": n for p, n in self._query(sql.TENANT_INPUTS_BY_PRIORITY, t)},
+            outbox_by_status=outbox_counts,
+            dead_letters=outbox_counts.get("dead", 0),
+            messages=self._query(sql.TENANT_MESSAGE_COUNT, t)[0][0],
+            db_bytes=0,
+            wal_bytes=0,
+            schema_version=self._query(sql.GET_VERSION)[0][0],
+        )
+
     # -- blobs -----------------------------------------------------------------------
 
     async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:

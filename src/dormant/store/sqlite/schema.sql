@@ -26,9 +26,14 @@ CREATE TABLE threads (
     -- prompt tokens of the thread's own messages, and of those its latest summary covers
     tokens            INTEGER NOT NULL DEFAULT 0,
     summarized_tokens INTEGER NOT NULL DEFAULT 0,
-    summary_seq       INTEGER NOT NULL DEFAULT 0
+    summary_seq       INTEGER NOT NULL DEFAULT 0,
+    -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
+    -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
+    -- whose ids extend their parent's, inherit it
+    tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
 

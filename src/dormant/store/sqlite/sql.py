@@ -364,3 +364,21 @@ LIVE_KEY = (
     "SELECT k.salt, k.digest, t.id, t.name, t.created_at FROM api_keys k "
     "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = ? AND k.revoked_at IS NULL"
 )
+
+# One tenant's counts for its status (threads.tenant, children included).
+TENANT_THREADS_BY_STATUS = "SELECT status, COUNT(*) FROM threads WHERE tenant = ? GROUP BY status"
+TENANT_THREADS_READY = (
+    "SELECT COUNT(*) FROM threads WHERE tenant = ?1 AND ready_key IS NOT NULL AND ready_at <= ?2"
+)
+TENANT_THREADS_LEASED = "SELECT COUNT(*) FROM threads WHERE tenant = ? AND lease_token IS NOT NULL"
+TENANT_INPUTS_BY_PRIORITY = (
+    "SELECT i.priority, COUNT(*) FROM inputs i JOIN threads t ON t.id = i.thread_id "
+    "WHERE t.tenant = ? GROUP BY i.priority"
+)
+TENANT_OUTBOX_BY_STATUS = (
+    "SELECT o.status, COUNT(*) FROM outbox o JOIN threads t ON t.id = o.thread_id "
+    "WHERE t.tenant = ? GROUP BY o.status"
+)
+TENANT_MESSAGE_COUNT = (
+    "SELECT COUNT(*) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.tenant = ?"
+)

@@ -1,4 +1,4 @@
--- schema 3 -> 4: tenants of `dormant serve` and their API keys (issue 18.4).
+-- schema 3 -> 4: tenants of `dormant serve`, their API keys, the tenant of a thread (issue 18.4).
 -- A key keeps only a random salt and sha256(salt || secret); its secret is shown once.
 CREATE TABLE tenants (
     id         text COLLATE "C" PRIMARY KEY,
@@ -14,3 +14,6 @@ CREATE TABLE api_keys (
     revoked_at double precision
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
+-- The tenant owning a thread ('' for the library's default tenant), from its id.
+ALTER TABLE threads ADD COLUMN tenant text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED;
+CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
