@@ -317,10 +317,19 @@ class Runtime:
         return admission
 
     async def history(
-        self, thread_id: str, *, cursor: str | None = None, limit: int = 50, newest_first: bool = False
+        self,
+        thread_id: str,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+        max_bytes: int | None = None,
     ) -> Page[Message]:
-        """One page of a thread's history (at most 1,000 messages)."""
-        return await self.store.history(thread_id, cursor=cursor, limit=limit, newest_first=newest_first)
+        """One page of a thread's history (at most 1,000 messages; with ``max_bytes``, at
+        most that much content but one message at least)."""
+        return await self.store.history(
+            thread_id, cursor=cursor, limit=limit, newest_first=newest_first, max_bytes=max_bytes
+        )
 
     async def threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
         """One page of threads."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from dormant.agent import Agent
 from dormant.models import echo_model
@@ -72,6 +73,27 @@ async def test_replay_reads_pages_not_the_whole_history() -> None:
             got = await collect(events(r), 8, {"message"})
         assert [int(e.id or 0) for e in got] == list(range(1, 9))
         assert calls >= 4  # four pages of two, at least
+
+
+async def test_replay_pages_are_bounded_by_bytes_too() -> None:
+    config = ServerConfig(replay_page=100, replay_page_bytes=20, poll_s=0.2, heartbeat_s=1.0)
+    async with serve([Agent(name="assistant", model=echo_model())], config=config) as s, s.client() as c:
+        for i in range(3):
+            await c.post("/v1/threads/t/inputs", json={"content": f"message {i}"})
+        await asyncio.sleep(0.3)
+        sizes: list[int] = []
+        history = s.runtime.history
+
+        async def measuring(*args: object, **kwargs: object) -> Any:
+            page = await history(*args, **kwargs)  # type: ignore[arg-type]
+            sizes.append(sum(len(m.content.encode()) for m in page.items))
+            return page
+
+        s.runtime.history = measuring  # type: ignore[method-assign]
+        async with c.stream("GET", "/v1/threads/t/events") as r:
+            got = await collect(events(r), 6, {"message"})
+        assert [int(e.id or 0) for e in got] == list(range(1, 7))
+        assert len(sizes) >= 3 and max(sizes) <= 20  # "message i" and "echo: message i" (9 + 15 bytes)
 
 
 class SlowTalker:

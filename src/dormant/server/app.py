@@ -53,6 +53,8 @@ class ServerConfig:
     reply_timeout_s: float = 120.0
     #: messages read per page when an event stream replays history
     replay_page: int = 32
+    #: message content (bytes) read per replay page at most (one message always)
+    replay_page_bytes: int = 256 * 1024
 
 
 @dataclass

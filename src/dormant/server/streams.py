@@ -13,8 +13,9 @@ Events:
 * ``error``: why the server ends the stream (a slow client, a deleted thread).
 
 ``Last-Event-ID`` (or ``?after=SEQ``) resumes after that seq: the history is read
-from the store in pages of ``replay_page`` messages, so replay needs nothing but the
-store and holds one page at a time. A heartbeat comment goes out every
+from the store in pages of ``replay_page`` messages and ``replay_page_bytes`` of content
+(one message at least), so replay needs nothing but the store and holds one bounded page
+at a time. A heartbeat comment goes out every
 ``heartbeat_s`` seconds; a write blocked over ``stream_send_timeout_s``, or more
 than ``stream_queue_bytes`` of live text waiting, drops the client.
 """
@@ -63,7 +64,9 @@ async def thread_events(
             sub.wake.clear()  # before reading: a change during the reads wakes the next round
             sent = False
             while True:
-                page = await rt.history(thread_id, cursor=str(after), limit=page_size)
+                page = await rt.history(
+                    thread_id, cursor=str(after), limit=page_size, max_bytes=state.config.replay_page_bytes
+                )
                 for message in page.items:
                     yield ServerSentEvent(
                         data=MessageOut.of(message).model_dump_json(), event="message", id=str(message.seq)

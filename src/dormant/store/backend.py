@@ -201,10 +201,13 @@ class Backend(Protocol):
     # -- reads (API read connection; the core pages) ---------------------------------
 
     async def history_rows(
-        self, thread_id: str, after: int, limit: int, newest_first: bool
+        self, thread_id: str, after: int, limit: int, newest_first: bool, max_bytes: int | None = None
     ) -> list[Message] | None:
         """Up to ``limit`` messages of a thread after seq ``after`` (before it when
-        ``newest_first``, newest first); None if the thread is missing."""
+        ``newest_first``, newest first); None if the thread is missing. With ``max_bytes``,
+        no message whose preceding messages (in this read) already hold more than
+        ``max_bytes`` of content (UTF-8) is read: the read ends with the first message
+        that crosses the bound, which the core uses to tell there is more."""
         ...
 
     async def thread_rows(self, after: str, limit: int) -> list[Thread]:

@@ -171,6 +171,7 @@ class Store(Protocol):
         cursor: str | None = None,
         limit: int = 50,
         newest_first: bool = False,
+        max_bytes: int | None = None,
     ) -> Page[Message]:
         """One page of a thread's own messages, from ``cursor`` on."""
         ...

@@ -319,15 +319,28 @@ class StoreCore:
         cursor: str | None = None,
         limit: int = 50,
         newest_first: bool = False,
+        max_bytes: int | None = None,
     ) -> Page[Message]:
-        """One page of a thread's messages; the cursor is the last seq seen."""
+        """One page of a thread's messages; the cursor is the last seq seen. With
+        ``max_bytes``, the page also holds at most that many bytes of message content
+        (UTF-8), but always one message: a bound on what one page costs to hold."""
         limit = clamp_limit(limit)
         after = seq_cursor(cursor, default=2**62 if newest_first else 0)
-        rows = await self.backend.history_rows(thread_id, after, limit + 1, newest_first)
+        if max_bytes is not None and max_bytes < 1:
+            raise UsageError(f"max_bytes must be positive, not {max_bytes}")
+        rows = await self.backend.history_rows(thread_id, after, limit + 1, newest_first, max_bytes)
         if rows is None:
             raise NotFound(f"no thread {thread_id!r}")
-        items = tuple(rows[:limit])
-        return Page(items=items, next_cursor=str(items[-1].seq) if len(rows) > limit and items else None)
+        keep = min(limit, len(rows))
+        if max_bytes is not None:
+            total = 0
+            for index, message in enumerate(rows[:keep]):
+                total += len(message.content.encode())
+                if total > max_bytes and index > 0:
+                    keep = index
+                    break
+        items = tuple(rows[:keep])
+        return Page(items=items, next_cursor=str(items[-1].seq) if len(rows) > keep and items else None)
 
     async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
         """One page of threads by id."""

@@ -91,16 +91,22 @@ class PgReads:
         return row_thread(rows[0]) if rows else None
 
     async def history_rows(
-        self, thread_id: str, after: int, limit: int, newest_first: bool
+        self, thread_id: str, after: int, limit: int, newest_first: bool, max_bytes: int | None = None
     ) -> list[Message] | None:
-        """Messages after (before, newest first) seq ``after``; None if the thread is missing."""
-        statement = sql.HISTORY_NEWEST_FIRST if newest_first else sql.HISTORY_OLDEST_FIRST
+        """Messages after (before, newest first) seq ``after``, bounded by ``max_bytes``;
+        None if the thread is missing."""
+        params: Sequence[Any] | Mapping[str, Any] = (thread_id, after, limit)
+        if max_bytes is None:
+            statement = sql.HISTORY_NEWEST_FIRST if newest_first else sql.HISTORY_OLDEST_FIRST
+        else:
+            statement = sql.HISTORY_NEWEST_FIRST_BYTES if newest_first else sql.HISTORY_OLDEST_FIRST_BYTES
+            params = {"thread": thread_id, "after": after, "limit": limit, "max_bytes": max_bytes}
         try:
             async with self._reads().connection() as conn:
                 known = await (await conn.execute(sql.THREAD_EXISTS, (thread_id,))).fetchone()
                 if known is None:
                     return None
-                rows = await (await conn.execute(statement, (thread_id, after, limit))).fetchall()
+                rows = await (await conn.execute(statement, params)).fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
         return [row_message(r) for r in rows]

@@ -286,3 +286,27 @@ TENANT_MESSAGE_COUNT = (
     "SELECT COUNT(*) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.tenant = %(tenant)s"
 )
 NO_BYTES = "SELECT 0"
+
+# HISTORY_OLDEST/NEWEST_FIRST bounded by content bytes: of the first %(limit)s messages, those whose preceding
+# ones hold at most %(max_bytes)s bytes, and the first two: the read ends with the first message past
+# the bound, which tells the core there is more. Sizes come from octet_length: no text past
+# the cut is read.
+HISTORY_OLDEST_FIRST_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq) - size AS upto, row_number() OVER (ORDER BY seq) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = %(thread)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s) a) b
+    WHERE upto <= %(max_bytes)s OR n <= 2)
+ORDER BY seq
+"""
+HISTORY_NEWEST_FIRST_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq DESC) - size AS upto,
+               row_number() OVER (ORDER BY seq DESC) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = %(thread)s AND seq < %(after)s ORDER BY seq DESC LIMIT %(limit)s) a) b
+    WHERE upto <= %(max_bytes)s OR n <= 2)
+ORDER BY seq DESC
+"""

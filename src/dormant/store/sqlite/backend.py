@@ -373,12 +373,17 @@ class SQLiteBackend(BackendDefaults):
     # -- reads -----------------------------------------------------------------------
 
     async def history_rows(
-        self, thread_id: str, after: int, limit: int, newest_first: bool
+        self, thread_id: str, after: int, limit: int, newest_first: bool, max_bytes: int | None = None
     ) -> list[Message] | None:
-        """Messages after (before) ``after``; None if the thread is missing."""
+        """Messages after (before) ``after``, bounded by ``max_bytes``; None if the thread is missing."""
         if not self._query(sql.THREAD_EXISTS, (thread_id,)):
             return None
-        rows = self._query(sql.HISTORY_DESC if newest_first else sql.HISTORY_ASC, (thread_id, after, limit))
+        if max_bytes is None:
+            statement = sql.HISTORY_DESC if newest_first else sql.HISTORY_ASC
+            rows = self._query(statement, (thread_id, after, limit))
+        else:
+            statement = sql.HISTORY_DESC_BYTES if newest_first else sql.HISTORY_ASC_BYTES
+            rows = self._query(statement, (thread_id, after, limit, max_bytes))
         return [row_message(r) for r in rows]
 
     # -- tenants and API keys --------------------------------------------------------

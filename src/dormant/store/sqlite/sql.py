@@ -382,3 +382,27 @@ TENANT_OUTBOX_BY_STATUS = (
 TENANT_MESSAGE_COUNT = (
     "SELECT COUNT(*) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.tenant = ?"
 )
+
+# HISTORY_ASC/DESC bounded by content bytes: of the first ?3 messages, those whose preceding
+# ones hold at most ?4 bytes, and the first two: the read ends with the first message past
+# the bound, which tells the core there is more. Sizes come from octet_length: no text past
+# the cut is read.
+HISTORY_ASC_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ?1 AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq) - size AS upto, row_number() OVER (ORDER BY seq) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3) a) b
+    WHERE upto <= ?4 OR n <= 2)
+ORDER BY seq
+"""
+HISTORY_DESC_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ?1 AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq DESC) - size AS upto,
+               row_number() OVER (ORDER BY seq DESC) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3) a) b
+    WHERE upto <= ?4 OR n <= 2)
+ORDER BY seq DESC
+"""
