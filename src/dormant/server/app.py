@@ -22,11 +22,11 @@ from starlette.types import ASGIApp
 
 from ..errors import Unauthenticated
 from ..runtime import Runtime
+from ..store.tenancy import Scope
 from . import problems
 from .hub import Hub
 from .limits import BodyLimit
 from .schemas import Health
-from .scope import Scope
 
 log = logging.getLogger("dormant.server")
 

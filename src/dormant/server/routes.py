@@ -15,6 +15,7 @@ from ..errors import Busy, PayloadTooLarge, UsageError
 from ..records import NewInput, Priority
 from ..runtime import Runtime
 from ..store.base import MAX_PAGE
+from ..store.tenancy import Scope
 from .app import state_of, tenant_scope
 from .schemas import (
     AdmissionOut,
@@ -28,7 +29,6 @@ from .schemas import (
     ThreadPage,
     ToolResultIn,
 )
-from .scope import Scope
 
 ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 422, 429, 503)

@@ -1,4 +1,4 @@
-"""Tenant scope of thread ids — the interim mapping until the store core scopes by tenant.
+"""Tenant scope of thread ids: the one rule that keeps tenants of ``dormant serve`` apart.
 
 A tenant's thread ``abc`` is stored as ``<tenant id>/abc``. Tenant ids have a fixed
 shape (``t`` + 12 hex digits), so no tenant's prefix is a prefix of another's, and a
@@ -8,7 +8,9 @@ therefore names a thread that does not exist, and the answer is 404, the same as
 a thread that was never created. Thread listings page by id, so a tenant's threads
 are one contiguous range starting at its prefix.
 
-When the store core owns tenant scope, only this module changes.
+The store derives each thread's ``tenant`` column from the same prefix (see the
+threads table), which per-tenant status counts by. The library API uses no scope
+(the default tenant: ids are stored as given).
 """
 
 from __future__ import annotations
