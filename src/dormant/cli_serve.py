@@ -42,6 +42,24 @@ def serve_command(
             "(for a memory:// store, which no other command can reach).",
         ),
     ] = None,
+    tenant_rate: Annotated[
+        float,
+        typer.Option(
+            "--tenant-rate",
+            envvar="DORMANT_TENANT_RATE",
+            min=0,
+            help="Admissions per second per tenant, per serve process (0: no limit; burst: the rate).",
+        ),
+    ] = 0.0,
+    tenant_threads: Annotated[
+        int,
+        typer.Option(
+            "--tenant-threads",
+            envvar="DORMANT_TENANT_THREADS",
+            min=0,
+            help="Threads a tenant may have, children included (0: no limit).",
+        ),
+    ] = 0,
     concurrency: ConcurrencyOpt = None,
     app_spec: AppOpt = None,
     model: ModelOpt = SCRIPTED,
@@ -88,7 +106,12 @@ def serve_command(
 
     async def go() -> None:
         agents = agents_for(app_spec, model, base_url, system)
-        config = ServerConfig(run_slices=workers == 1, poll_s=10.0 if workers == 1 else 0.5)
+        config = ServerConfig(
+            run_slices=workers == 1,
+            poll_s=10.0 if workers == 1 else 0.5,
+            tenant_admissions_per_s=tenant_rate,
+            tenant_max_threads=tenant_threads,
+        )
         try:
             rt = Runtime(settings.store, agents, settings=settings)
             if bootstrap_tenant is not None:

@@ -90,6 +90,13 @@ class Overloaded(DormantError):
         self.retry_after = retry_after
 
 
+class QuotaExceeded(Overloaded):
+    """A tenant of ``dormant serve`` is over one of its quotas (threads, admissions per
+    second); 429 with ``Retry-After``, like any overload."""
+
+    code = "quota_exceeded"
+
+
 class LeaseLost(DormantError):
     """A worker's lease on a thread or outbox entry expired or was taken over."""
 
@@ -130,6 +137,7 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     StoreLocked: 503,
     SchemaError: 500,
     Overloaded: 429,
+    QuotaExceeded: 429,
     LeaseLost: 409,
     ModelError: 502,
     ToolError: 502,

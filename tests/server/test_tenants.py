@@ -9,6 +9,7 @@ import httpx
 
 from dormant.agent import Agent
 from dormant.models import echo_model
+from dormant.server import ServerConfig
 from dormant.store import open_store
 from tests.helpers import eventually
 from tests.server.support import serve
@@ -116,3 +117,26 @@ async def test_revoked_key_is_refused_at_once() -> None:
         async with httpx.AsyncClient(base_url=s.url) as anon:
             assert (await anon.get("/v1/status")).status_code == 401
             assert (await anon.get("/healthz")).status_code == 200
+
+
+async def test_a_tenant_over_its_quotas_gets_429_and_the_other_tenant_does_not() -> None:
+    config = ServerConfig(
+        tenant_max_threads=2, tenant_admissions_per_s=0.5, tenant_admission_burst=3, poll_s=0.2
+    )
+    async with (
+        serve([Agent(name="assistant", model=echo_model())], config=config) as s,
+        s.client() as a,
+        s.client(s.key_b) as b,
+    ):
+        assert (await a.post("/v1/threads/t1/inputs", json={"content": "x"})).status_code == 202
+        assert (await a.post("/v1/threads/t2/inputs", json={"content": "x"})).status_code == 202
+        third = await a.post("/v1/threads/t3/inputs", json={"content": "x"})  # a third thread
+        assert third.status_code == 429 and third.json()["error"]["code"] == "quota_exceeded"
+        assert (await a.post("/v1/threads", json={"id": "t4"})).status_code == 429
+        assert (await a.post("/v1/threads/t1/inputs", json={"content": "x"})).status_code == 202
+        flood = await a.post("/v1/threads/t2/inputs", json={"content": "x"})  # a fourth admission
+        assert flood.status_code == 429 and int(flood.headers["retry-after"]) >= 1
+        # the other tenant is not held back by either quota of the first
+        for i in range(2):
+            r = await b.post(f"/v1/threads/b{i}/inputs", json={"content": "x"})
+            assert r.status_code == 202

@@ -26,6 +26,7 @@ from ..store.tenancy import Scope
 from . import problems
 from .hub import Hub
 from .limits import BodyLimit
+from .quotas import TenantQuotas
 from .schemas import Health
 
 log = logging.getLogger("dormant.server")
@@ -51,6 +52,11 @@ class ServerConfig:
     run_slices: bool = True
     #: seconds an OpenAI-compatible request waits for the agent's reply
     reply_timeout_s: float = 120.0
+    #: admissions per second per tenant in this process (0: no limit), and its burst
+    tenant_admissions_per_s: float = 0.0
+    tenant_admission_burst: int = 0
+    #: threads a tenant may have (children included; 0: no limit)
+    tenant_max_threads: int = 0
     #: messages read per page when an event stream replays history
     replay_page: int = 32
     #: message content (bytes) read per replay page at most (one message always)
@@ -64,6 +70,7 @@ class ServerState:
     runtime: Runtime
     config: ServerConfig
     hub: Hub
+    quotas: TenantQuotas
     run_task: asyncio.Task[None] | None = None
     ready_checks: list[Callable[[], Awaitable[str | None]]] = field(default_factory=list)
 
@@ -109,7 +116,12 @@ def create_app(
         queue_bytes=config.stream_queue_bytes,
         poll_s=config.poll_s,
     )
-    state = ServerState(runtime=runtime, config=config, hub=hub)
+    quotas = TenantQuotas(
+        admissions_per_s=config.tenant_admissions_per_s,
+        burst=config.tenant_admission_burst,
+        max_threads=config.tenant_max_threads,
+    )
+    state = ServerState(runtime=runtime, config=config, hub=hub, quotas=quotas)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

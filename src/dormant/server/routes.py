@@ -73,6 +73,7 @@ async def create_thread(request: Request, scope: TenantScope, body: ThreadCreate
     """Create a thread; an existing id is returned unchanged (so a retry is harmless)."""
     rt = runtime_of(request)
     thread_id = scope.inner(body.id or uuid.uuid4().hex)
+    await state_of(request).quotas.check_new_thread(rt, thread_id)
     thread = await rt.store.create_thread(thread_id, agent_name(rt, body.agent))
     return ThreadOut.of(thread, scope)
 
@@ -122,6 +123,7 @@ async def post_input(
     check_size(request, body.content)
     if body.strategy == "reject" and rt.scheduler.running(inner):
         raise Busy(f"thread {thread_id!r} is running")
+    await state_of(request).quotas.admit(rt, inner)
     item = NewInput(
         thread_id=inner,
         kind="user",

@@ -76,6 +76,8 @@ async def exchange(
     rt = state.runtime
     if not items and not answers:
         raise UsageError("nothing new to send: the messages were all seen before")
+    if items:
+        await state.quotas.admit(rt, thread_id, len(items))
     async with state.hub.subscribe(thread_id) as sub:
         try:
             start = (await rt.thread(thread_id)).last_seq

@@ -25,6 +25,14 @@ THREAD_ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
 _THREAD_ID_RE = re.compile(THREAD_ID_PATTERN)
 
 
+def tenant_of(stored_id: str) -> str:
+    """The tenant id of a stored thread id, '' for the default tenant (the rule of the
+    threads table's ``tenant`` column)."""
+    if len(stored_id) > 13 and stored_id[13] == "/" and stored_id[0] == "t":
+        return stored_id[:13]
+    return ""
+
+
 class Scope:
     """One tenant's view of thread ids."""
 
