@@ -1,7 +1,8 @@
-"""The ``dormant`` command line: init, run, send, chat, threads, show, export, status, retry, doctor,
-backup, restore (in :mod:`dormant.cli_backup`),
-demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, shared plumbing in
-:mod:`dormant.cli_base`).
+"""The ``dormant`` command line: init, run, serve, tenants, send, chat, threads, show, export, status,
+retry, doctor, backup, restore, demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`,
+``backup`` and ``restore`` in :mod:`dormant.cli_backup`, ``serve`` in :mod:`dormant.cli_serve`, ``tenants``
+in :mod:`dormant.server.cli_tenants`, shared plumbing in :mod:`dormant.cli_base` and
+:mod:`dormant.cli_agents`).
 
 Every option has a ``DORMANT_*`` environment variable, shown in ``--help``.
 Settings are validated once (:meth:`Settings.from_env`). Expected errors
@@ -14,10 +15,8 @@ paged: no command prints an unbounded list.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
-import os
 import signal
 import sys
 import time
@@ -33,8 +32,17 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from .agent import Agent
-from .app import DEFAULT_BASE_URL, SCRIPTED, load_agents
+from .app import DEFAULT_BASE_URL, SCRIPTED
+from .cli_agents import (
+    AppOpt,
+    BaseUrlOpt,
+    ConcurrencyOpt,
+    ModelOpt,
+    SystemOpt,
+    agents_for,
+    close_models,
+    worker_command,
+)
 from .cli_backup import backup, restore
 from .cli_base import (
     LimitOpt,
@@ -69,41 +77,6 @@ app = typer.Typer(
 
 # -- shared options (more in cli_base) -----------------------------------------------------
 
-AppOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--app",
-        envvar="DORMANT_APP",
-        help="Agents to host: 'module:attr' naming a list of Agent or a callable returning one.",
-    ),
-]
-ModelOpt = Annotated[
-    str,
-    typer.Option(
-        "--model",
-        envvar="DORMANT_MODEL",
-        help="Model of the built-in 'assistant' agent: 'scripted' (echo) or a model name "
-        "served by --base-url.",
-    ),
-]
-BaseUrlOpt = Annotated[
-    str,
-    typer.Option(
-        "--base-url",
-        envvar="DORMANT_BASE_URL",
-        help="OpenAI-compatible endpoint of --model (API key from DORMANT_API_KEY or OPENAI_API_KEY).",
-    ),
-]
-SystemOpt = Annotated[
-    str | None,
-    typer.Option("--system", envvar="DORMANT_SYSTEM", help="System prompt of the built-in agent."),
-]
-ConcurrencyOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--concurrency", envvar="DORMANT_CONCURRENCY", min=1, help="Slices running at once (default: 64)."
-    ),
-]
 CursorOpt = Annotated[
     str | None,
     typer.Option("--cursor", envvar="DORMANT_CURSOR", help="Resume after this cursor (printed by a page)."),
@@ -115,21 +88,6 @@ AgentOpt = Annotated[
 
 
 # -- plumbing (more in cli_base) -----------------------------------------------------------
-
-
-def agents_for(app_spec: str | None, model: str, base_url: str, system: str | None) -> list[Agent]:
-    """The agents this invocation hosts (see :mod:`dormant.app`)."""
-    return load_agents(app_spec, model=model, base_url=base_url, system=system)
-
-
-async def close_models(agents: Sequence[Agent]) -> None:
-    """Close models that hold resources (HTTP clients)."""
-    for agent in agents:
-        aclose = getattr(agent.model, "aclose", None)
-        if callable(aclose):
-            result = aclose()
-            if inspect.isawaitable(result):
-                await result
 
 
 class EventFormatter(logging.Formatter):
@@ -302,20 +260,15 @@ def run_workers(
                 f"{redact(settings.store)} lives in one process: --workers needs sqlite:///... or postgresql://..."
             )
         )
-    # the store URL goes by environment, never argv: `ps` shows argv to every user
-    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1"]
-    argv += ["--model", model, "--base-url", base_url]
-    if until_idle:
-        argv.append("--until-idle")
-    if concurrency is not None:
-        argv += ["--concurrency", str(concurrency)]
-    if app_spec is not None:
-        argv += ["--app", app_spec]
-    if system is not None:
-        argv += ["--system", system]
-    env = dict(os.environ)
-    env["DORMANT_STORE"] = settings.store
-    env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
+    argv, env = worker_command(
+        settings.store,
+        until_idle=until_idle,
+        concurrency=concurrency,
+        app_spec=app_spec,
+        model=model,
+        base_url=base_url,
+        system=system,
+    )
     supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
     err.print(f"dormant supervising {workers} workers on {redact(settings.store)}", style="dim")
     code = asyncio.run(supervisor.run())
@@ -756,6 +709,17 @@ def _mount_bench() -> None:
 
 
 _mount_bench()
+
+
+def _mount_serve() -> None:
+    from .cli_serve import serve_command
+    from .server.cli_tenants import tenants_app
+
+    app.command("serve")(serve_command)
+    app.add_typer(tenants_app, name="tenants")
+
+
+_mount_serve()
 
 
 def main() -> None:

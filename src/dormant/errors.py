@@ -38,6 +38,24 @@ class InvalidInput(UsageError):
     code = "invalid_input"
 
 
+class PayloadTooLarge(InvalidInput):
+    """A request or input is larger than the configured limit; nothing was read past it."""
+
+    code = "payload_too_large"
+
+
+class Unauthenticated(UsageError):
+    """A request carried no valid credentials (missing, unknown or revoked API key)."""
+
+    code = "unauthenticated"
+
+
+class Busy(UsageError):
+    """The thread is running a slice and the request asked not to queue behind it."""
+
+    code = "thread_busy"
+
+
 class StoreError(DormantError):
     """The durable store failed; nothing the failing call did was acknowledged."""
 
@@ -72,6 +90,13 @@ class Overloaded(DormantError):
         self.retry_after = retry_after
 
 
+class QuotaExceeded(Overloaded):
+    """A tenant of ``dormant serve`` is over one of its quotas (threads, admissions per
+    second); 429 with ``Retry-After``, like any overload."""
+
+    code = "quota_exceeded"
+
+
 class LeaseLost(DormantError):
     """A worker's lease on a thread or outbox entry expired or was taken over."""
 
@@ -104,11 +129,15 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     UsageError: 400,
     NotFound: 404,
     InvalidInput: 422,
+    PayloadTooLarge: 413,
+    Unauthenticated: 401,
+    Busy: 409,
     StoreError: 503,
     StoreFull: 507,
     StoreLocked: 503,
     SchemaError: 500,
     Overloaded: 429,
+    QuotaExceeded: 429,
     LeaseLost: 409,
     ModelError: 502,
     ToolError: 502,

@@ -411,7 +411,7 @@ def build_governor(
         set_concurrency=set_concurrency,
         base_concurrency=scheduler.concurrency,
         cancel_slices=SliceShedder(
-            scheduler.running, release, retry_s=settings.memory_retry_after_s, clock=clock
+            scheduler.slices, release, retry_s=settings.memory_retry_after_s, clock=clock
         ),
         cache=store.views,
         release_store_memory=store.release_memory,

@@ -305,3 +305,21 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     db_bytes: int = 0
     wal_bytes: int = 0
     schema_version: int = 0
+
+
+class Tenant(msgspec.Struct, frozen=True, kw_only=True):
+    """A tenant of ``dormant serve``: ``id`` (``t`` + 12 hex digits, fixed length) scopes
+    everything it owns; ``name`` is unique."""
+
+    id: str
+    name: str
+    created_at: float
+
+
+class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
+    """An API key's public part (never its secret, never its hash)."""
+
+    id: str
+    tenant_id: str
+    created_at: float
+    revoked_at: float | None = None

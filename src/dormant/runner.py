@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import msgspec
 
@@ -40,7 +40,7 @@ from .errors import (
 )
 from .governor_loop import Governor
 from .metrics import RuntimeStats
-from .models.base import ModelReply, ModelRequest, collect
+from .models.base import ModelEvent, ModelReply, ModelRequest, collect
 from .records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, ViewLimits
 from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .slice import InlineCall, InlineResult, Turn
@@ -84,6 +84,15 @@ def _clean_call(call: ToolCall) -> ToolCall:
     if ident is call.id and name is call.name and arguments is call.arguments:
         return call
     return ToolCall(id=ident, name=name, arguments=arguments)
+
+
+async def tapped(
+    stream: AsyncIterator[ModelEvent], thread_id: str, observe: Callable[[str, ModelEvent], None]
+) -> AsyncIterator[ModelEvent]:
+    """``stream``, showing each event to ``observe`` as it passes."""
+    async for event in stream:
+        observe(thread_id, event)
+        yield event
 
 
 def failures_of(claim: Claim, thread: Thread) -> int:
@@ -132,6 +141,9 @@ class SliceRunner:
         self._counters: dict[str, TokenCounter] = {}
         self._names = frozenset(agents)
         self._store_errors = 0  # slices in a row that the store could not take
+        #: optional observers (see :attr:`dormant.runtime.Runtime.on_change`, ``on_delta``)
+        self.on_change: Callable[[str], None] | None = None
+        self.on_delta: Callable[[str, ModelEvent], None] | None = None
 
     def _counter(self, encoding: str) -> TokenCounter:
         counter = self._counters.get(encoding)
@@ -162,11 +174,17 @@ class SliceRunner:
         except Exception as exc:
             self.stats.slice_failures += 1
             await self._failed(claim, exc)
+            self._changed(claim.thread_id)
         else:
             self._store_errors = 0
             self.stats.slices += 1
             self.stats.slice_latency.add(time.perf_counter() - started)
             self.on_commit()
+            self._changed(claim.thread_id)
+
+    def _changed(self, thread_id: str) -> None:
+        if self.on_change is not None:
+            self.on_change(thread_id)
 
     async def _slice(self, claim: Claim) -> None:
         agent = self.agents.get(claim.agent)
@@ -190,19 +208,23 @@ class SliceRunner:
             limits=limits,
         )
         while turn.wants_model:
-            reply = await self._complete(agent, turn.request())
+            reply = await self._complete(agent, turn.request(), live=True)
             inline = turn.on_reply(reply)
             if inline:
                 turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
         plan = turn.plan()
         await self.store.commit_slice(plan if counter is None else counted(plan, counter))
 
-    async def _complete(self, agent: Agent, request: ModelRequest) -> ModelReply:
-        """One model call under the model timeout; the reply cleaned."""
+    async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
+        """One model call under the model timeout; the reply cleaned. A ``live`` one (a
+        turn's, not a compaction's) is shown to :attr:`on_delta` as it streams."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.model_timeout_s):
-                reply = await collect(agent.model.stream(request))
+                stream = agent.model.stream(request)
+                if live and self.on_delta is not None:
+                    stream = tapped(stream, request.thread_id, self.on_delta)
+                reply = await collect(stream)
         except TimeoutError:
             timeout = self.settings.model_timeout_s
             raise ModelError(f"the model did not answer within {timeout:g}s") from None

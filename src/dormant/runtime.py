@@ -20,7 +20,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from .agent import Agent
@@ -31,6 +31,7 @@ from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
 from .governor_loop import Governor, build_governor
 from .metrics import RuntimeStats
+from .models.base import ModelEvent
 from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .runner import SliceRunner
 from .scheduler import Scheduler
@@ -123,6 +124,28 @@ class Runtime:
         self._stop_requested = False
         self._opened = False
         self._fatal: SchemaError | None = None
+
+    @property
+    def on_change(self) -> Callable[[str], None] | None:
+        """An optional observer (the HTTP server's event hub) called with a thread id after
+        each slice of this process ends, committed or not. It runs on the slice's task: it
+        must be quick (O(1) per subscriber) and must not raise."""
+        return self.runner.on_change
+
+    @on_change.setter
+    def on_change(self, observer: Callable[[str], None] | None) -> None:
+        self.runner.on_change = observer
+
+    @property
+    def on_delta(self) -> Callable[[str, ModelEvent], None] | None:
+        """An optional observer called with ``(thread id, event)`` for each piece a model
+        streams during a turn of this process (not compactions); same rules as
+        :attr:`on_change`."""
+        return self.runner.on_delta
+
+    @on_delta.setter
+    def on_delta(self, observer: Callable[[str, ModelEvent], None] | None) -> None:
+        self.runner.on_delta = observer
 
     def _on_store_hint(self, what: str) -> None:
         """Wake the scheduler (``threads``) or the dispatcher (``outbox``) early."""
@@ -301,10 +324,19 @@ class Runtime:
         return admission
 
     async def history(
-        self, thread_id: str, *, cursor: str | None = None, limit: int = 50, newest_first: bool = False
+        self,
+        thread_id: str,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+        max_bytes: int | None = None,
     ) -> Page[Message]:
-        """One page of a thread's history (at most 1,000 messages)."""
-        return await self.store.history(thread_id, cursor=cursor, limit=limit, newest_first=newest_first)
+        """One page of a thread's history (at most 1,000 messages; with ``max_bytes``, at
+        most that much content but one message at least)."""
+        return await self.store.history(
+            thread_id, cursor=cursor, limit=limit, newest_first=newest_first, max_bytes=max_bytes
+        )
 
     async def threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
         """One page of threads."""
@@ -314,9 +346,9 @@ class Runtime:
         """One thread's row."""
         return await self.store.get_thread(thread_id)
 
-    async def status(self) -> StoreStatus:
-        """Store-wide counts."""
-        return await self.store.status()
+    async def status(self, tenant: str | None = None) -> StoreStatus:
+        """Store-wide counts; with ``tenant``, that tenant's (see :meth:`Store.status`)."""
+        return await self.store.status(tenant)
 
     async def delete_thread(self, thread_id: str) -> int:
         """Delete a thread and its descendants with their histories and unshared blobs;
@@ -329,6 +361,20 @@ class Runtime:
         thread = await self.store.retry_thread(thread_id)
         self.scheduler.wake.set()
         return thread
+
+    async def interrupt(self, thread_id: str) -> bool:
+        """Cancel the slice of ``thread_id`` running in this process; False when none runs here.
+
+        The slice commits nothing (a commit already under way lands whole before the
+        release, or is refused for its lost lease); its lease is released at once, so its
+        inputs run again in the next slice, with any admitted since.
+        """
+        claim = await self.scheduler.cancel(thread_id)
+        if claim is None:
+            return False
+        await self.store.release(claim)
+        self.scheduler.wake.set()
+        return True
 
     # -- one slice -------------------------------------------------------------------
 

@@ -74,9 +74,23 @@ class Scheduler:
         """Slices running now (those still ending after their lease was lost included)."""
         return len(self._running) + sum(len(tasks) for tasks in self._ending.values())
 
-    def running(self) -> list[tuple[Claim, asyncio.Task[None]]]:
+    def slices(self) -> list[tuple[Claim, asyncio.Task[None]]]:
         """The running slices as (claim, task): the memory governor cancels them in an emergency."""
         return [(r.claim, r.task) for r in self._running.values()]
+
+    def running(self, thread_id: str) -> bool:
+        """Whether this scheduler runs a slice of ``thread_id`` now."""
+        return thread_id in self._running
+
+    async def cancel(self, thread_id: str) -> Claim | None:
+        """Cancel the slice of ``thread_id`` running here and wait for it to end; its claim,
+        or None when none runs. The lease is still held: the caller releases it."""
+        entry = self._running.get(thread_id)
+        if entry is None or entry.task.done():
+            return None
+        entry.task.cancel()
+        await asyncio.gather(entry.task, return_exceptions=True)
+        return entry.claim
 
     def hold(self, seconds: float) -> None:
         """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""

@@ -190,3 +190,29 @@ async def test_status_counts(store: Store, clock: FakeClock) -> None:
     assert status.messages == 2
     await store.release(c)
     assert (await store.status()).threads_leased == 0
+
+
+async def test_history_pages_are_bounded_by_content_bytes(store: Store) -> None:
+    sizes = [10, 30, 5, 100, 1, 1]
+    await store.admit([user("t1", f"k{i}", "x" * n) for i, n in enumerate(sizes)])
+    c, load = await take(store, "t1")
+    await store.commit_slice(plan(c, load, reply=None))
+    assert [len(m.content) for m in await all_messages(store, "t1")] == sizes
+
+    async def walk(max_bytes: int, *, newest_first: bool = False) -> list[list[int]]:
+        out: list[list[int]] = []
+        cursor: str | None = None
+        while True:
+            page = await store.history(
+                "t1", cursor=cursor, limit=4, newest_first=newest_first, max_bytes=max_bytes
+            )
+            out.append([len(m.content) for m in page.items])
+            if page.next_cursor is None:
+                return out
+            cursor = page.next_cursor
+
+    assert await walk(40) == [[10, 30], [5], [100], [1, 1]]  # a message over the bound comes alone
+    assert await walk(1000) == [[10, 30, 5, 100], [1, 1]]  # the count bound still holds
+    assert await walk(6, newest_first=True) == [[1, 1], [100], [5], [30], [10]]
+    with pytest.raises(UsageError):
+        await store.history("t1", max_bytes=0)

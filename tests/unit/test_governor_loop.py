@@ -151,9 +151,13 @@ async def test_the_sampler_runs_until_stopped() -> None:
     f.rss = 950 * MIB
     stop = asyncio.Event()
     task = asyncio.create_task(g.run(stop))
-    await asyncio.sleep(0.3)
+    # an emergency sample collects garbage, which takes a while in a big test process:
+    # wait for three samples (bounded) rather than a fixed time
+    async with asyncio.timeout(10):
+        while g.samples < 3:
+            await asyncio.sleep(0.01)
     stop.set()
-    await asyncio.wait_for(task, 1)
+    await asyncio.wait_for(task, 5)
     assert g.samples >= 3
     assert g.level is Level.EMERGENCY
 

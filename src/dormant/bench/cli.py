@@ -196,6 +196,43 @@ def _flatten(data: dict[str, object], prefix: str = "") -> list[tuple[str, objec
     return rows
 
 
+@bench_app.command("serve")
+def serve_load(
+    clients: Annotated[
+        int, typer.Option(min=1, max=5000, envvar="DORMANT_BENCH_CLIENTS", help="SSE streams held open")
+    ] = 1000,
+    posters: Annotated[
+        int, typer.Option(min=1, max=1000, envvar="DORMANT_BENCH_POSTERS", help="closed-loop posting clients")
+    ] = 32,
+    seconds: Annotated[
+        float, typer.Option(min=1, max=600, envvar="DORMANT_BENCH_SECONDS", help="posting time")
+    ] = 20.0,
+    store: Annotated[
+        str, typer.Option(envvar="DORMANT_BENCH_STORE", help="sqlite (a temporary file) or memory")
+    ] = "sqlite",
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/serve"),
+) -> None:
+    """Load on `dormant serve` over loopback: SSE clients + admissions at the highest steady rate.
+
+    Prints admissions/s, admit latency, event delivery lag and the server's RSS; writes OUT/summary.json.
+    """
+    import asyncio
+    from dataclasses import asdict
+
+    from .serve import Params, run
+
+    if store not in ("sqlite", "memory"):
+        raise typer.BadParameter("--store must be sqlite or memory")
+    params = Params(clients=clients, posters=posters, seconds=seconds, store=store)
+    figures = asyncio.run(run(params, out))
+    table = Table(title="serve")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in asdict(figures).items():
+        table.add_row(name, str(value))
+    console.print(table)
+
+
 @bench_app.command("plot")
 def plot(
     runs: Annotated[list[Path], typer.Argument(help="output directories of `dormant bench scale`")],

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import UsageError
 from ..records import (
     Admission,
+    ApiKey,
     BlobRef,
     Claim,
     CommitPlan,
@@ -47,6 +48,7 @@ from ..records import (
     OutboxOutcome,
     StoreStatus,
     Summary,
+    Tenant,
     Thread,
 )
 
@@ -200,10 +202,13 @@ class Backend(Protocol):
     # -- reads (API read connection; the core pages) ---------------------------------
 
     async def history_rows(
-        self, thread_id: str, after: int, limit: int, newest_first: bool
+        self, thread_id: str, after: int, limit: int, newest_first: bool, max_bytes: int | None = None
     ) -> list[Message] | None:
         """Up to ``limit`` messages of a thread after seq ``after`` (before it when
-        ``newest_first``, newest first); None if the thread is missing."""
+        ``newest_first``, newest first); None if the thread is missing. With ``max_bytes``,
+        no message whose preceding messages (in this read) already hold more than
+        ``max_bytes`` of content (UTF-8) is read: the read ends with the first message
+        that crosses the bound, which the core uses to tell there is more."""
         ...
 
     async def thread_rows(self, after: str, limit: int) -> list[Thread]:
@@ -220,6 +225,11 @@ class Backend(Protocol):
 
     async def status(self) -> StoreStatus:
         """Counts and sizes (see :class:`~dormant.records.StoreStatus`)."""
+        ...
+
+    async def tenant_status(self, tenant: str) -> StoreStatus:
+        """The counts of the threads whose ``tenant`` column is ``tenant`` (and of their
+        inputs, calls and messages); no sizes (0)."""
         ...
 
     async def delete_threads(self, thread_id: str) -> list[str]:
@@ -248,6 +258,36 @@ class Backend(Protocol):
     async def sweep_blobs(self) -> int:
         """Remove what blob writes that never finished left more than
         :data:`dormant.blobs.TMP_TTL_S` ago; how many chunks went."""
+        ...
+
+    # -- tenants and API keys (rare, small writes) -----------------------------------
+
+    async def insert_tenant(self, tenant: Tenant) -> bool:
+        """Insert the tenant; False (nothing written) when its name or id is taken."""
+        ...
+
+    async def find_tenant(self, name_or_id: str) -> Tenant | None:
+        """The tenant with that id, else with that name; None if neither."""
+        ...
+
+    async def tenant_rows(self, after: str, limit: int) -> list[Tenant]:
+        """Tenants whose name sorts after ``after``, by name."""
+        ...
+
+    async def insert_key(self, key: ApiKey, salt: bytes, digest: bytes) -> None:
+        """Insert a key of an existing tenant (the core checked it exists)."""
+        ...
+
+    async def revoke_key(self, key_id: str, now: float) -> ApiKey | None:
+        """Set the key's ``revoked_at`` to ``now`` unless already revoked; its row, None if missing."""
+        ...
+
+    async def key_rows(self, tenant_id: str, after: str, limit: int) -> list[ApiKey]:
+        """The tenant's keys whose id sorts after ``after``, by id."""
+        ...
+
+    async def live_key(self, key_id: str) -> tuple[bytes, bytes, Tenant] | None:
+        """A key that is not revoked: its salt, its digest and its tenant; None otherwise."""
         ...
 
     # -- optional abilities (fallbacks in BackendDefaults) ---------------------------

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..records import (
     Admission,
+    ApiKey,
     BlobRef,
     Claim,
     CommitPlan,
@@ -25,6 +26,7 @@ from ..records import (
     Page,
     SliceLoad,
     StoreStatus,
+    Tenant,
     Thread,
     ViewLimits,
 )
@@ -175,6 +177,7 @@ class Store(Protocol):
         cursor: str | None = None,
         limit: int = 50,
         newest_first: bool = False,
+        max_bytes: int | None = None,
     ) -> Page[Message]:
         """One page of a thread's own messages, from ``cursor`` on."""
         ...
@@ -193,8 +196,9 @@ class Store(Protocol):
         """Whether any input is ready now, any slice is leased or any call is open."""
         ...
 
-    async def status(self) -> StoreStatus:
-        """Counts of threads, backlog, outbox and sizes."""
+    async def status(self, tenant: str | None = None) -> StoreStatus:
+        """Counts of threads, backlog, outbox and sizes; with ``tenant`` (a tenant id),
+        only the counts of that tenant's threads (sizes 0)."""
         ...
 
     async def delete_thread(self, thread_id: str) -> int:
@@ -237,6 +241,37 @@ class Store(Protocol):
     async def sweep_blobs(self) -> int:
         """Remove what blob writes that never finished left behind more than
         :data:`~dormant.blobs.TMP_TTL_S` ago; returns how many chunks went."""
+        ...
+
+    # -- tenants and API keys (``dormant serve``; see :mod:`dormant.store.keys`) ---------
+
+    async def create_tenant(self, name: str) -> Tenant:
+        """A new tenant named ``name``; UsageError for a bad or taken name."""
+        ...
+
+    async def tenant(self, name_or_id: str) -> Tenant:
+        """The tenant with that id (else that name); NotFound otherwise."""
+        ...
+
+    async def list_tenants(self, *, cursor: str | None = None, limit: int = 50) -> Page[Tenant]:
+        """One page of tenants by name; the cursor is the last name seen."""
+        ...
+
+    async def create_key(self, tenant_id: str) -> tuple[ApiKey, str]:
+        """A new key of the tenant and its token, shown once: only a salted hash is kept.
+        NotFound for an unknown tenant."""
+        ...
+
+    async def revoke_key(self, key_id: str) -> ApiKey:
+        """Revoke a key (a revoked key keeps its first revocation time); NotFound if unknown."""
+        ...
+
+    async def list_keys(self, tenant_id: str, *, cursor: str | None = None, limit: int = 50) -> Page[ApiKey]:
+        """One page of the tenant's keys by id; the cursor is the last key id seen."""
+        ...
+
+    async def authenticate(self, token: str) -> Tenant:
+        """The tenant whose live key ``token`` is; Unauthenticated otherwise (without saying why)."""
         ...
 
 

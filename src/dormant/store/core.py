@@ -20,9 +20,10 @@ import msgspec
 from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
-from ..errors import InvalidInput, NotFound, StoreError, UsageError
+from ..errors import InvalidInput, NotFound, StoreError, Unauthenticated, UsageError
 from ..records import (
     Admission,
+    ApiKey,
     BlobRef,
     Claim,
     CommitPlan,
@@ -34,9 +35,11 @@ from ..records import (
     Page,
     SliceLoad,
     StoreStatus,
+    Tenant,
     Thread,
     ViewLimits,
 )
+from . import keys
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
 from .views import ViewReads, load_view
@@ -321,15 +324,28 @@ class StoreCore:
         cursor: str | None = None,
         limit: int = 50,
         newest_first: bool = False,
+        max_bytes: int | None = None,
     ) -> Page[Message]:
-        """One page of a thread's messages; the cursor is the last seq seen."""
+        """One page of a thread's messages; the cursor is the last seq seen. With
+        ``max_bytes``, the page also holds at most that many bytes of message content
+        (UTF-8), but always one message: a bound on what one page costs to hold."""
         limit = clamp_limit(limit)
         after = seq_cursor(cursor, default=2**62 if newest_first else 0)
-        rows = await self.backend.history_rows(thread_id, after, limit + 1, newest_first)
+        if max_bytes is not None and max_bytes < 1:
+            raise UsageError(f"max_bytes must be positive, not {max_bytes}")
+        rows = await self.backend.history_rows(thread_id, after, limit + 1, newest_first, max_bytes)
         if rows is None:
             raise NotFound(f"no thread {thread_id!r}")
-        items = tuple(rows[:limit])
-        return Page(items=items, next_cursor=str(items[-1].seq) if len(rows) > limit and items else None)
+        keep = min(limit, len(rows))
+        if max_bytes is not None:
+            total = 0
+            for index, message in enumerate(rows[:keep]):
+                total += len(message.content.encode())
+                if total > max_bytes and index > 0:
+                    keep = index
+                    break
+        items = tuple(rows[:keep])
+        return Page(items=items, next_cursor=str(items[-1].seq) if len(rows) > keep and items else None)
 
     async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
         """One page of threads by id."""
@@ -352,9 +368,12 @@ class StoreCore:
         """Ready input, a leased thread or an open call."""
         return await self.backend.has_work()
 
-    async def status(self) -> StoreStatus:
-        """Counts and sizes for ``dormant status``."""
-        return await self.backend.status()
+    async def status(self, tenant: str | None = None) -> StoreStatus:
+        """Counts and sizes for ``dormant status``; with ``tenant``, only that tenant's
+        counts (its threads and their children, inputs, calls and messages; no sizes)."""
+        if tenant is None:
+            return await self.backend.status()
+        return await self.backend.tenant_status(tenant)
 
     # -- blobs -----------------------------------------------------------------------
 
@@ -381,3 +400,59 @@ class StoreCore:
     async def sweep_blobs(self) -> int:
         """Remove what blob writes that never finished left (an hour old); chunks removed."""
         return await self.backend.sweep_blobs()
+
+    # -- tenants and API keys ------------------------------------------------------------
+
+    async def create_tenant(self, name: str) -> Tenant:
+        """A new tenant named ``name``; UsageError for a bad or taken name."""
+        tenant = Tenant(id=keys.new_tenant_id(), name=keys.check_name(name), created_at=self.clock())
+        if not await self.backend.insert_tenant(tenant):
+            raise UsageError(f"a tenant named {name!r} exists")
+        return tenant
+
+    async def tenant(self, name_or_id: str) -> Tenant:
+        """The tenant with that id (else that name); NotFound otherwise."""
+        tenant = await self.backend.find_tenant(name_or_id)
+        if tenant is None:
+            raise NotFound(f"no tenant {name_or_id!r}")
+        return tenant
+
+    async def list_tenants(self, *, cursor: str | None = None, limit: int = 50) -> Page[Tenant]:
+        """One page of tenants by name; the cursor is the last name seen."""
+        limit = clamp_limit(limit)
+        rows = await self.backend.tenant_rows(cursor or "", limit + 1)
+        items = tuple(rows[:limit])
+        return Page(items=items, next_cursor=items[-1].name if len(rows) > limit else None)
+
+    async def create_key(self, tenant_id: str) -> tuple[ApiKey, str]:
+        """A new key of the tenant and its token (shown once; only a salted hash is kept)."""
+        tenant = await self.tenant(tenant_id)
+        key_id, token, salt, digest = keys.new_key()
+        key = ApiKey(id=key_id, tenant_id=tenant.id, created_at=self.clock())
+        await self.backend.insert_key(key, salt, digest)
+        return key, token
+
+    async def revoke_key(self, key_id: str) -> ApiKey:
+        """Revoke a key (idempotent: it keeps its first revocation time); NotFound if unknown."""
+        key = await self.backend.revoke_key(key_id, self.clock())
+        if key is None:
+            raise NotFound(f"no API key {key_id!r}")
+        return key
+
+    async def list_keys(self, tenant_id: str, *, cursor: str | None = None, limit: int = 50) -> Page[ApiKey]:
+        """One page of the tenant's keys by id; the cursor is the last key id seen."""
+        limit = clamp_limit(limit)
+        rows = await self.backend.key_rows(tenant_id, cursor or "", limit + 1)
+        items = tuple(rows[:limit])
+        return Page(items=items, next_cursor=items[-1].id if len(rows) > limit else None)
+
+    async def authenticate(self, token: str) -> Tenant:
+        """The tenant whose live key ``token`` is; Unauthenticated otherwise (never why)."""
+        key_id, secret = keys.parse_key(token)
+        found = await self.backend.live_key(key_id)
+        if found is None:
+            raise Unauthenticated("invalid API key")
+        salt, digest, tenant = found
+        if not keys.key_matches(salt, digest, secret):
+            raise Unauthenticated("invalid API key")
+        return tenant

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ..records import Input, Message, OutboxEntry, Priority, Summary, Thread, ToolCall
+from ..records import ApiKey, Input, Message, OutboxEntry, Priority, Summary, Tenant, Thread, ToolCall
 
 THREAD_COLS = (
     "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at, "
@@ -118,3 +118,24 @@ def row_entry(row: Sequence[Any]) -> OutboxEntry:
         last_error=row[10],
         created_at=row[11],
     )
+
+
+def row_tenant(row: Sequence[Any]) -> Tenant:
+    """A ``tenants`` row (id, name, created_at) as a :class:`Tenant`."""
+    return Tenant(id=row[0], name=row[1], created_at=float(row[2]))
+
+
+def row_key(row: Sequence[Any]) -> ApiKey:
+    """An ``api_keys`` row (id, tenant_id, created_at, revoked_at) as an :class:`ApiKey`."""
+    revoked = row[3]
+    return ApiKey(
+        id=row[0],
+        tenant_id=row[1],
+        created_at=float(row[2]),
+        revoked_at=None if revoked is None else float(revoked),
+    )
+
+
+def row_live_key(row: Sequence[Any]) -> tuple[bytes, bytes, Tenant]:
+    """A live key's (salt, digest) and its tenant (``LIVE_KEY``: salt, digest, tenant columns)."""
+    return bytes(row[0]), bytes(row[1]), row_tenant(row[2:])

@@ -28,16 +28,18 @@ from ... import inbox
 from ...errors import DormantError, StoreError, UsageError
 from ...records import (
     Admission,
+    ApiKey,
     Claim,
     CommitPlan,
     NewInput,
     OutboxEntry,
     OutboxOutcome,
+    Tenant,
     Thread,
 )
 from ..backend import BackendDefaults
 from ..core import result_input
-from ..rows import row_entry, row_thread
+from ..rows import row_entry, row_key, row_live_key, row_tenant, row_thread
 from . import sql
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
@@ -110,6 +112,7 @@ class PostgresBackend(BackendDefaults):
         self.outbox_rows = self.reads.outbox_rows
         self.has_work = self.reads.has_work
         self.status = self.reads.status
+        self.tenant_status = self.reads.tenant_status
         self.put_blob = self.blobs.put_blob
         self.blob_size = self.blobs.blob_size
         self.read_blob = self.blobs.read_blob
@@ -289,6 +292,45 @@ class PostgresBackend(BackendDefaults):
         )
         result: Thread | None = await self._write(job)
         return result
+
+    # -- tenants and API keys --------------------------------------------------------
+
+    async def insert_tenant(self, tenant: Tenant) -> bool:
+        """Insert the tenant; False when its name or id is taken."""
+        job = Job(sql.INSERT_TENANT, (tenant.id, tenant.name, tenant.created_at), lambda rows, _: bool(rows))
+        inserted: bool = await self._write(job)
+        return inserted
+
+    async def find_tenant(self, name_or_id: str) -> Tenant | None:
+        """The tenant with that id, else that name; None if neither."""
+        rows = await self.reads.rows(sql.FIND_TENANT, {"key": name_or_id})
+        return row_tenant(rows[0]) if rows else None
+
+    async def tenant_rows(self, after: str, limit: int) -> list[Tenant]:
+        """Tenants after ``after`` by name."""
+        return [row_tenant(r) for r in await self.reads.rows(sql.TENANT_PAGE, (after, limit))]
+
+    async def insert_key(self, key: ApiKey, salt: bytes, digest: bytes) -> None:
+        """Insert a key of an existing tenant."""
+        params = (key.id, key.tenant_id, salt, digest, key.created_at)
+        await self._write(Job(sql.INSERT_KEY, params, lambda rows, _: None))
+
+    async def revoke_key(self, key_id: str, now: float) -> ApiKey | None:
+        """Revoke the key unless already revoked; its row, None if missing."""
+        job = Job(
+            sql.REVOKE_KEY, {"id": key_id, "now": now}, lambda rows, _: row_key(rows[0]) if rows else None
+        )
+        result: ApiKey | None = await self._write(job)
+        return result
+
+    async def key_rows(self, tenant_id: str, after: str, limit: int) -> list[ApiKey]:
+        """The tenant's keys after ``after`` by id."""
+        return [row_key(r) for r in await self.reads.rows(sql.KEY_PAGE, (tenant_id, after, limit))]
+
+    async def live_key(self, key_id: str) -> tuple[bytes, bytes, Tenant] | None:
+        """A live key's salt, digest and tenant; None if missing or revoked."""
+        rows = await self.reads.rows(sql.LIVE_KEY, (key_id,))
+        return row_live_key(rows[0]) if rows else None
 
     # -- admission and slices --------------------------------------------------------
 

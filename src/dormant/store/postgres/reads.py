@@ -91,16 +91,22 @@ class PgReads:
         return row_thread(rows[0]) if rows else None
 
     async def history_rows(
-        self, thread_id: str, after: int, limit: int, newest_first: bool
+        self, thread_id: str, after: int, limit: int, newest_first: bool, max_bytes: int | None = None
     ) -> list[Message] | None:
-        """Messages after (before, newest first) seq ``after``; None if the thread is missing."""
-        statement = sql.HISTORY_NEWEST_FIRST if newest_first else sql.HISTORY_OLDEST_FIRST
+        """Messages after (before, newest first) seq ``after``, bounded by ``max_bytes``;
+        None if the thread is missing."""
+        params: Sequence[Any] | Mapping[str, Any] = (thread_id, after, limit)
+        if max_bytes is None:
+            statement = sql.HISTORY_NEWEST_FIRST if newest_first else sql.HISTORY_OLDEST_FIRST
+        else:
+            statement = sql.HISTORY_NEWEST_FIRST_BYTES if newest_first else sql.HISTORY_OLDEST_FIRST_BYTES
+            params = {"thread": thread_id, "after": after, "limit": limit, "max_bytes": max_bytes}
         try:
             async with self._reads().connection() as conn:
                 known = await (await conn.execute(sql.THREAD_EXISTS, (thread_id,))).fetchone()
                 if known is None:
                     return None
-                rows = await (await conn.execute(statement, (thread_id, after, limit))).fetchall()
+                rows = await (await conn.execute(statement, params)).fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
         return [row_message(r) for r in rows]
@@ -120,20 +126,41 @@ class PgReads:
 
     async def status(self) -> StoreStatus:
         """Counts and sizes for ``dormant status``, in one pipelined round trip."""
+        return await self._status(None)
+
+    async def tenant_status(self, tenant: str) -> StoreStatus:
+        """One tenant's counts (no sizes), in one pipelined round trip."""
+        return await self._status(tenant)
+
+    async def _status(self, tenant: str | None) -> StoreStatus:
         now = self.clock()
+        args = {"tenant": tenant, "now": now}
+        if tenant is None:
+            statements: list[tuple[str, Sequence[Any] | Mapping[str, Any]]] = [
+                (sql.STATUS_THREADS, ()),
+                (sql.STATUS_READY, (now,)),
+                (sql.STATUS_LEASED, ()),
+                (sql.STATUS_BACKLOG, ()),
+                (sql.STATUS_OUTBOX, ()),
+                (sql.STATUS_MESSAGES, ()),
+                (sql.SCHEMA_VERSION, ()),
+                (sql.TABLE_BYTES, ()),
+            ]
+        else:
+            statements = [
+                (sql.TENANT_THREADS_BY_STATUS, args),
+                (sql.TENANT_THREADS_READY, args),
+                (sql.TENANT_THREADS_LEASED, args),
+                (sql.TENANT_INPUTS_BY_PRIORITY, args),
+                (sql.TENANT_OUTBOX_BY_STATUS, args),
+                (sql.TENANT_MESSAGE_COUNT, args),
+                (sql.SCHEMA_VERSION, ()),
+                (sql.NO_BYTES, ()),
+            ]
         try:
             async with self._reads().connection() as conn:
                 async with conn.pipeline():
-                    cursors = [
-                        await conn.execute(sql.STATUS_THREADS),
-                        await conn.execute(sql.STATUS_READY, (now,)),
-                        await conn.execute(sql.STATUS_LEASED),
-                        await conn.execute(sql.STATUS_BACKLOG),
-                        await conn.execute(sql.STATUS_OUTBOX),
-                        await conn.execute(sql.STATUS_MESSAGES),
-                        await conn.execute(sql.SCHEMA_VERSION),
-                        await conn.execute(sql.TABLE_BYTES),
-                    ]
+                    cursors = [await conn.execute(q, p) for q, p in statements]
                 by_status, ready, leased, backlog, outbox, messages, version, size = [
                     await c.fetchall() for c in cursors
                 ]

@@ -35,9 +35,14 @@ CREATE TABLE threads (
     -- prompt tokens of the thread's own messages, and of those its latest summary covers
     tokens            bigint NOT NULL DEFAULT 0,
     summarized_tokens bigint NOT NULL DEFAULT 0,
-    summary_seq       bigint NOT NULL DEFAULT 0
+    summary_seq       bigint NOT NULL DEFAULT 0,
+    -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
+    -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
+    -- whose ids extend their parent's, inherit it
+    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
@@ -470,3 +475,20 @@ BEGIN
     RETURN QUERY SELECT * FROM threads t WHERE t.id = p_id;
 END
 $$;
+
+-- Tenants of `dormant serve` and their API keys. A key keeps only a random salt and
+-- sha256(salt || secret); its secret is shown once.
+CREATE TABLE tenants (
+    id         text COLLATE "C" PRIMARY KEY,
+    name       text COLLATE "C" NOT NULL UNIQUE,
+    created_at double precision NOT NULL
+);
+CREATE TABLE api_keys (
+    id         text COLLATE "C" PRIMARY KEY,
+    tenant_id  text COLLATE "C" NOT NULL REFERENCES tenants (id),
+    salt       bytea NOT NULL,
+    digest     bytea NOT NULL,
+    created_at double precision NOT NULL,
+    revoked_at double precision
+);
+CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);

@@ -234,3 +234,79 @@ DELETE_BLOB_CHUNKS = "DELETE FROM blob_chunks WHERE ref = ANY (%s)"
 # -- the throwaway test server (embedded.py) ------------------------------------------
 ALTER_SYSTEM = "ALTER SYSTEM SET {name} = '{value}'"  # names and values from embedded.NOT_DURABLE
 RELOAD_CONF = "SELECT pg_reload_conf()"
+
+# -- tenants and API keys --------------------------------------------------------------
+
+INSERT_TENANT = (
+    "INSERT INTO tenants (id, name, created_at) VALUES (%s, %s, %s::float8) "
+    "ON CONFLICT DO NOTHING RETURNING id"
+)
+FIND_TENANT = (
+    "SELECT id, name, created_at FROM tenants WHERE id = %(key)s OR name = %(key)s "
+    "ORDER BY id = %(key)s DESC LIMIT 1"
+)
+TENANT_PAGE = "SELECT id, name, created_at FROM tenants WHERE name > %s ORDER BY name LIMIT %s"
+INSERT_KEY = (
+    "INSERT INTO api_keys (id, tenant_id, salt, digest, created_at) VALUES (%s, %s, %s, %s, %s::float8)"
+)
+# the key's row after the update: the updated one, else (already revoked, or missing)
+# the row as it was (the outer SELECT sees the snapshot from before the update)
+REVOKE_KEY = (
+    "WITH done AS (UPDATE api_keys SET revoked_at = %(now)s::float8 "
+    "WHERE id = %(id)s AND revoked_at IS NULL RETURNING id, tenant_id, created_at, revoked_at) "
+    "SELECT * FROM done UNION ALL "
+    "SELECT id, tenant_id, created_at, revoked_at FROM api_keys "
+    "WHERE id = %(id)s AND NOT EXISTS (SELECT 1 FROM done)"
+)
+KEY_PAGE = (
+    "SELECT id, tenant_id, created_at, revoked_at FROM api_keys WHERE tenant_id = %s AND id > %s "
+    "ORDER BY id LIMIT %s"
+)
+LIVE_KEY = (
+    "SELECT k.salt, k.digest, t.id, t.name, t.created_at FROM api_keys k "
+    "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = %s AND k.revoked_at IS NULL"
+)
+
+# One tenant's counts for its status (threads.tenant, children included).
+TENANT_THREADS_BY_STATUS = "SELECT status, COUNT(*) FROM threads WHERE tenant = %(tenant)s GROUP BY status"
+TENANT_THREADS_READY = (
+    "SELECT COUNT(*) FROM threads "
+    "WHERE tenant = %(tenant)s AND ready_key IS NOT NULL AND ready_at <= %(now)s::float8"
+)
+TENANT_THREADS_LEASED = "SELECT COUNT(*) FROM threads WHERE tenant = %(tenant)s AND lease_token IS NOT NULL"
+TENANT_INPUTS_BY_PRIORITY = (
+    "SELECT i.priority, COUNT(*) FROM inputs i JOIN threads t ON t.id = i.thread_id "
+    "WHERE t.tenant = %(tenant)s GROUP BY i.priority"
+)
+TENANT_OUTBOX_BY_STATUS = (
+    "SELECT o.status, COUNT(*) FROM outbox o JOIN threads t ON t.id = o.thread_id "
+    "WHERE t.tenant = %(tenant)s GROUP BY o.status"
+)
+TENANT_MESSAGE_COUNT = (
+    "SELECT COUNT(*) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.tenant = %(tenant)s"
+)
+NO_BYTES = "SELECT 0"
+
+# HISTORY_OLDEST/NEWEST_FIRST bounded by content bytes: of the first %(limit)s messages, those whose preceding
+# ones hold at most %(max_bytes)s bytes, and the first two: the read ends with the first message past
+# the bound, which tells the core there is more. Sizes come from octet_length: no text past
+# the cut is read.
+HISTORY_OLDEST_FIRST_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq) - size AS upto, row_number() OVER (ORDER BY seq) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = %(thread)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s) a) b
+    WHERE upto <= %(max_bytes)s OR n <= 2)
+ORDER BY seq
+"""
+HISTORY_NEWEST_FIRST_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq DESC) - size AS upto,
+               row_number() OVER (ORDER BY seq DESC) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = %(thread)s AND seq < %(after)s ORDER BY seq DESC LIMIT %(limit)s) a) b
+    WHERE upto <= %(max_bytes)s OR n <= 2)
+ORDER BY seq DESC
+"""

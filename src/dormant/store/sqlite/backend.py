@@ -32,6 +32,7 @@ import apsw
 from ...errors import SchemaError, StoreError, UsageError
 from ...records import (
     Admission,
+    ApiKey,
     BlobRef,
     Claim,
     CommitPlan,
@@ -40,10 +41,11 @@ from ...records import (
     OutboxEntry,
     OutboxOutcome,
     StoreStatus,
+    Tenant,
     Thread,
 )
 from ..backend import BackendDefaults
-from ..rows import row_entry, row_message, row_thread
+from ..rows import row_entry, row_key, row_live_key, row_message, row_tenant, row_thread
 from . import jobs, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import (
@@ -399,13 +401,62 @@ class SQLiteBackend(BackendDefaults):
     # -- reads -----------------------------------------------------------------------
 
     async def history_rows(
-        self, thread_id: str, after: int, limit: int, newest_first: bool
+        self, thread_id: str, after: int, limit: int, newest_first: bool, max_bytes: int | None = None
     ) -> list[Message] | None:
-        """Messages after (before) ``after``; None if the thread is missing."""
+        """Messages after (before) ``after``, bounded by ``max_bytes``; None if the thread is missing."""
         if not self._query(sql.THREAD_EXISTS, (thread_id,)):
             return None
-        rows = self._query(sql.HISTORY_DESC if newest_first else sql.HISTORY_ASC, (thread_id, after, limit))
+        if max_bytes is None:
+            statement = sql.HISTORY_DESC if newest_first else sql.HISTORY_ASC
+            rows = self._query(statement, (thread_id, after, limit))
+        else:
+            statement = sql.HISTORY_DESC_BYTES if newest_first else sql.HISTORY_ASC_BYTES
+            rows = self._query(statement, (thread_id, after, limit, max_bytes))
         return [row_message(r) for r in rows]
+
+    # -- tenants and API keys --------------------------------------------------------
+
+    async def insert_tenant(self, tenant: Tenant) -> bool:
+        """Insert the tenant; False when its name or id is taken."""
+        params = (tenant.id, tenant.name, tenant.created_at)
+        inserted: bool = await self._write(
+            lambda conn: bool(conn.execute(sql.INSERT_TENANT, params).fetchall())
+        )
+        return inserted
+
+    async def find_tenant(self, name_or_id: str) -> Tenant | None:
+        """The tenant with that id, else that name; None if neither."""
+        rows = self._query(sql.FIND_TENANT, (name_or_id,))
+        return row_tenant(rows[0]) if rows else None
+
+    async def tenant_rows(self, after: str, limit: int) -> list[Tenant]:
+        """Tenants after ``after`` by name."""
+        return [row_tenant(r) for r in self._query(sql.TENANT_PAGE, (after, limit))]
+
+    async def insert_key(self, key: ApiKey, salt: bytes, digest: bytes) -> None:
+        """Insert a key of an existing tenant."""
+        params = (key.id, key.tenant_id, salt, digest, key.created_at)
+        await self._write(lambda conn: conn.execute(sql.INSERT_KEY, params).fetchall())
+
+    async def revoke_key(self, key_id: str, now: float) -> ApiKey | None:
+        """Revoke the key unless already revoked; its row, None if missing."""
+
+        def job(conn: Conn) -> ApiKey | None:
+            conn.execute(sql.REVOKE_KEY, (key_id, now))
+            rows = conn.execute(sql.GET_KEY, (key_id,)).fetchall()
+            return row_key(rows[0]) if rows else None
+
+        result: ApiKey | None = await self._write(job)
+        return result
+
+    async def key_rows(self, tenant_id: str, after: str, limit: int) -> list[ApiKey]:
+        """The tenant's keys after ``after`` by id."""
+        return [row_key(r) for r in self._query(sql.KEY_PAGE, (tenant_id, after, limit))]
+
+    async def live_key(self, key_id: str) -> tuple[bytes, bytes, Tenant] | None:
+        """A live key's salt, digest and tenant; None if missing or revoked."""
+        rows = self._query(sql.LIVE_KEY, (key_id,))
+        return row_live_key(rows[0]) if rows else None
 
     async def thread_rows(self, after: str, limit: int) -> list[Thread]:
         """Threads after ``after`` by id."""
@@ -433,6 +484,23 @@ class SQLiteBackend(BackendDefaults):
             messages=self._query(sql.MESSAGE_COUNT)[0][0],
             db_bytes=file_size(self._path),
             wal_bytes=file_size(self._path + "-wal" if self._path else None),
+            schema_version=self._query(sql.GET_VERSION)[0][0],
+        )
+
+    async def tenant_status(self, tenant: str) -> StoreStatus:
+        """One tenant's counts; no sizes."""
+        t = (tenant,)
+        outbox_counts = dict(self._query(sql.TENANT_OUTBOX_BY_STATUS, t))
+        return StoreStatus(
+            threads_by_status=dict(self._query(sql.TENANT_THREADS_BY_STATUS, t)),
+            threads_ready=self._query(sql.TENANT_THREADS_READY, (tenant, self.clock()))[0][0],
+            threads_leased=self._query(sql.TENANT_THREADS_LEASED, t)[0][0],
+            backlog_by_priority={f"P{p}": n for p, n in self._query(sql.TENANT_INPUTS_BY_PRIORITY, t)},
+            outbox_by_status=outbox_counts,
+            dead_letters=outbox_counts.get("dead", 0),
+            messages=self._query(sql.TENANT_MESSAGE_COUNT, t)[0][0],
+            db_bytes=0,
+            wal_bytes=0,
             schema_version=self._query(sql.GET_VERSION)[0][0],
         )
 

@@ -26,9 +26,14 @@ CREATE TABLE threads (
     -- prompt tokens of the thread's own messages, and of those its latest summary covers
     tokens            INTEGER NOT NULL DEFAULT 0,
     summarized_tokens INTEGER NOT NULL DEFAULT 0,
-    summary_seq       INTEGER NOT NULL DEFAULT 0
+    summary_seq       INTEGER NOT NULL DEFAULT 0,
+    -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
+    -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
+    -- whose ids extend their parent's, inherit it
+    tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
 
@@ -139,3 +144,20 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_pending ON outbox (available_at) WHERE status = 'pending';
 CREATE INDEX outbox_running ON outbox (lease_expires) WHERE status = 'running';
+
+-- Tenants of `dormant serve` and their API keys. A key keeps only a random salt and
+-- sha256(salt || secret); its secret is shown once.
+CREATE TABLE tenants (
+    id         TEXT PRIMARY KEY,
+    name       TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL
+);
+CREATE TABLE api_keys (
+    id         TEXT PRIMARY KEY,
+    tenant_id  TEXT NOT NULL REFERENCES tenants(id),
+    salt       BLOB NOT NULL,
+    digest     BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);

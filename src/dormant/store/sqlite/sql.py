@@ -343,3 +343,66 @@ WHERE awaiting > n
 """
 DOCTOR_STALLED = f"SELECT COUNT(*) {_STALLED}"
 DOCTOR_STALLED_SAMPLE = f"SELECT id, awaiting, n {_STALLED} ORDER BY id LIMIT ?"
+
+# -- tenants and API keys --------------------------------------------------------------
+
+INSERT_TENANT = (
+    "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
+)
+FIND_TENANT = (
+    "SELECT id, name, created_at FROM tenants WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1"
+)
+TENANT_PAGE = "SELECT id, name, created_at FROM tenants WHERE name > ? ORDER BY name LIMIT ?"
+INSERT_KEY = "INSERT INTO api_keys (id, tenant_id, salt, digest, created_at) VALUES (?, ?, ?, ?, ?)"
+REVOKE_KEY = "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL"
+GET_KEY = "SELECT id, tenant_id, created_at, revoked_at FROM api_keys WHERE id = ?"
+KEY_PAGE = (
+    "SELECT id, tenant_id, created_at, revoked_at FROM api_keys WHERE tenant_id = ? AND id > ? "
+    "ORDER BY id LIMIT ?"
+)
+LIVE_KEY = (
+    "SELECT k.salt, k.digest, t.id, t.name, t.created_at FROM api_keys k "
+    "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = ? AND k.revoked_at IS NULL"
+)
+
+# One tenant's counts for its status (threads.tenant, children included).
+TENANT_THREADS_BY_STATUS = "SELECT status, COUNT(*) FROM threads WHERE tenant = ? GROUP BY status"
+TENANT_THREADS_READY = (
+    "SELECT COUNT(*) FROM threads WHERE tenant = ?1 AND ready_key IS NOT NULL AND ready_at <= ?2"
+)
+TENANT_THREADS_LEASED = "SELECT COUNT(*) FROM threads WHERE tenant = ? AND lease_token IS NOT NULL"
+TENANT_INPUTS_BY_PRIORITY = (
+    "SELECT i.priority, COUNT(*) FROM inputs i JOIN threads t ON t.id = i.thread_id "
+    "WHERE t.tenant = ? GROUP BY i.priority"
+)
+TENANT_OUTBOX_BY_STATUS = (
+    "SELECT o.status, COUNT(*) FROM outbox o JOIN threads t ON t.id = o.thread_id "
+    "WHERE t.tenant = ? GROUP BY o.status"
+)
+TENANT_MESSAGE_COUNT = (
+    "SELECT COUNT(*) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.tenant = ?"
+)
+
+# HISTORY_ASC/DESC bounded by content bytes: of the first ?3 messages, those whose preceding
+# ones hold at most ?4 bytes, and the first two: the read ends with the first message past
+# the bound, which tells the core there is more. Sizes come from octet_length: no text past
+# the cut is read.
+HISTORY_ASC_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ?1 AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq) - size AS upto, row_number() OVER (ORDER BY seq) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3) a) b
+    WHERE upto <= ?4 OR n <= 2)
+ORDER BY seq
+"""
+HISTORY_DESC_BYTES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ?1 AND seq IN (
+    SELECT seq FROM (
+        SELECT seq, sum(size) OVER (ORDER BY seq DESC) - size AS upto,
+               row_number() OVER (ORDER BY seq DESC) AS n FROM (
+            SELECT seq, octet_length(content) AS size FROM messages
+            WHERE thread_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3) a) b
+    WHERE upto <= ?4 OR n <= 2)
+ORDER BY seq DESC
+"""

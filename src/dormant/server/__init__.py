@@ -1,0 +1,14 @@
+"""``dormant serve``: the HTTP server — native REST v1, resumable event streams, tenants,
+OpenAI-compatible Chat Completions and Responses — hosting one :class:`~dormant.runtime.Runtime`.
+
+Modules: :mod:`.app` (the app and its lifespan), :mod:`.routes` (REST v1),
+:mod:`.streams` (SSE), :mod:`.hub` (wake-ups and live text), :mod:`.turns` (one
+exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`,
+:mod:`.cli_tenants` (``dormant tenants``: tenants and API keys live in the store,
+see :mod:`dormant.store.keys`), :mod:`dormant.store.tenancy` (tenant scope of thread ids),
+:mod:`.limits` (body size before parsing), :mod:`.problems` (errors as JSON).
+"""
+
+from .app import ServerConfig, create_app
+
+__all__ = ["ServerConfig", "create_app"]

@@ -1,0 +1,225 @@
+"""``POST /v1/chat/completions``: OpenAI's Chat Completions onto durable threads.
+
+The session is named by the request's ``user`` field or the ``X-Dormant-Session``
+header; it maps to the tenant's thread ``chat-<hash of the session>`` (answered in
+the ``X-Dormant-Thread`` header). Clients resend the whole conversation each time;
+the server appends only what it has not seen: each user message is admitted with a
+dedup key that is the hash of the conversation prefix ending at it, so messages
+already admitted are duplicates and change nothing, and a ``tool`` message answers
+the open call it names (the first answer wins). ``system`` messages are ignored: the
+agent has its own system prompt. ``model`` names the agent (else the default one).
+
+Without a session the request is stateless: a scratch thread gets the user messages,
+answers, and is deleted.
+
+``usage`` counts the tokens of the messages this request added and of the reply, not
+the whole prompt (the view the agent saw is the runtime's business).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import DormantError, UsageError
+from ..records import NewInput
+from ..store.tenancy import Scope
+from .app import ServerState, state_of
+from .routes import ERRORS, TenantScope, agent_name, check_size
+from .turns import Answer, Outcome, exchange
+
+router = APIRouter(prefix="/v1", tags=["openai"], responses=ERRORS)
+
+
+class ChatMessage(BaseModel):
+    """One message of a Chat Completions conversation (text parts only)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = Field(None, max_length=256)
+
+
+class ChatRequest(BaseModel):
+    """A Chat Completions request; fields this server does not use are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(..., max_length=256)
+    messages: list[ChatMessage] = Field(..., min_length=1, max_length=10_000)
+    stream: bool = False
+    user: str | None = Field(None, max_length=256)
+    tools: list[dict[str, Any]] | None = None
+
+
+def text_of(message: ChatMessage) -> str:
+    """A message's text: its string content, or its text parts joined."""
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(str(p.get("text", "")) for p in message.content if p.get("type") in ("text", "input_text"))
+
+
+def unseen(
+    messages: list[ChatMessage], thread_id: str, agent: str, request: Request
+) -> tuple[list[NewInput], list[Answer]]:
+    """The inputs and tool answers of a conversation, keyed by the hash of their prefix."""
+    chain = hashlib.sha256()
+    items: list[NewInput] = []
+    answers: list[Answer] = []
+    for message in messages:
+        if message.role in ("system", "developer"):
+            continue
+        text = text_of(message)
+        calls = json.dumps(message.tool_calls or [], sort_keys=True)
+        chain.update(json.dumps([message.role, text, message.tool_call_id, calls]).encode())
+        if message.role == "user":
+            check_size(request, text)
+            key = f"chat:{chain.hexdigest()[:48]}"
+            items.append(NewInput(thread_id=thread_id, kind="user", dedup_key=key, content=text, agent=agent))
+        elif message.role == "tool":
+            if not message.tool_call_id:
+                raise UsageError("a tool message needs its tool_call_id")
+            check_size(request, text)
+            answers.append(Answer(call_id=message.tool_call_id, content=text))
+    return items, answers
+
+
+def session_thread(scope: Scope, session: str) -> str:
+    """The stored thread of a chat session."""
+    return scope.inner("chat-" + hashlib.sha256(session.encode()).hexdigest()[:32])
+
+
+def completion(request_id: str, model: str, outcome: Outcome) -> dict[str, Any]:
+    """A ``chat.completion`` body."""
+    message: dict[str, Any] = {"role": "assistant", "content": outcome.reply.content or None}
+    if outcome.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in outcome.tool_calls
+        ]
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": outcome.finish_reason, "logprobs": None}
+        ],
+        "usage": usage(outcome),
+    }
+
+
+def usage(outcome: Outcome) -> dict[str, int]:
+    """The ``usage`` object."""
+    return {
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+    }
+
+
+def chunk(request_id: str, model: str, delta: dict[str, Any], finish: str | None = None) -> str:
+    """One ``chat.completion.chunk`` as an SSE data line."""
+    body = {
+        "id": request_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+    return f"data: {json.dumps(body)}\n\n"
+
+
+async def stream_chunks(
+    request_id: str,
+    model: str,
+    turns: AsyncIterator[str | Outcome],
+    cleanup: ServerState | None,
+    scratch: str,
+) -> AsyncIterator[str]:
+    """The SSE body of a streamed completion: live text, then what the live text missed, the
+    finish reason, tool calls and usage, then ``[DONE]``. An error ends it with an error event."""
+    sent = ""
+    try:
+        yield chunk(request_id, model, {"role": "assistant", "content": ""})
+        async for item in turns:
+            if isinstance(item, str):
+                sent += item
+                yield chunk(request_id, model, {"content": item})
+                continue
+            final = item.reply.content
+            if final.startswith(sent) and len(final) > len(sent):
+                yield chunk(request_id, model, {"content": final[len(sent) :]})
+            delta: dict[str, Any] = {}
+            if item.tool_calls:
+                delta["tool_calls"] = [
+                    {
+                        "index": i,
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for i, c in enumerate(item.tool_calls)
+                ]
+            last = json.loads(chunk(request_id, model, delta, item.finish_reason)[6:])
+            last["usage"] = usage(item)
+            yield f"data: {json.dumps(last)}\n\n"
+        yield "data: [DONE]\n\n"
+    except DormantError as exc:
+        yield f"data: {json.dumps({'error': {'code': exc.code, 'message': str(exc)}})}\n\n"
+    finally:
+        if cleanup is not None:
+            with contextlib.suppress(DormantError):
+                await cleanup.runtime.delete_thread(scratch)
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(
+    request: Request,
+    scope: TenantScope,
+    body: ChatRequest,
+    session: Annotated[str | None, Header(alias="X-Dormant-Session", max_length=256)] = None,
+) -> Response:
+    """Run the agent on the conversation; answer or stream in OpenAI's format, with usage."""
+    state = state_of(request)
+    rt = state.runtime
+    agent = body.model if body.model in rt.agents else agent_name(rt, None)
+    name = session or body.user
+    thread_id = session_thread(scope, name) if name else scope.inner(f"scratch-{uuid.uuid4().hex}")
+    items, answers = unseen(body.messages, thread_id, agent, request)
+    if not name:
+        answers = []  # a stateless request has no open calls to answer
+    turns = exchange(state, thread_id, items, answers, client_tools=bool(body.tools))
+    request_id = f"chatcmpl-{uuid.uuid4().hex}"
+    headers = {"X-Dormant-Thread": scope.outer(thread_id)}
+    if body.stream:
+        cleanup = None if name else state
+        return StreamingResponse(
+            stream_chunks(request_id, body.model, turns, cleanup, thread_id),
+            media_type="text/event-stream",
+            headers={**headers, "Cache-Control": "no-store"},
+        )
+    try:
+        outcome = None
+        async for item in turns:
+            if isinstance(item, Outcome):
+                outcome = item
+        assert outcome is not None
+    finally:
+        if not name:
+            with contextlib.suppress(DormantError):
+                await rt.delete_thread(thread_id)
+    return JSONResponse(completion(request_id, body.model, outcome), headers=headers)

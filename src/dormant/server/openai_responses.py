@@ -1,0 +1,247 @@
+"""``POST /v1/responses``: OpenAI's Responses API onto durable threads.
+
+A ``conversation`` (an id, or ``{"id": ...}``) names the tenant's thread
+``conv-<id>``; a ``previous_response_id`` continues the thread of that response
+(its id carries the thread: ``resp_<hex of the thread id>_<seq>``); with neither, a new
+thread is made, and the answer's id continues it. ``input`` is text or a list of
+items: user messages are admitted, ``function_call_output`` items answer the open
+call they name. An ``Idempotency-Key`` header makes a retried request admit nothing
+twice. ``model`` names the agent (else the default one). Streaming sends the
+Responses event sequence (``response.created`` … ``response.completed``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import DormantError, NotFound, UsageError
+from ..records import NewInput
+from ..store.tenancy import Scope
+from .app import state_of
+from .routes import ERRORS, TenantScope, agent_name, check_size
+from .turns import Answer, Outcome, exchange
+
+router = APIRouter(prefix="/v1", tags=["openai"], responses=ERRORS)
+
+_RESPONSE_ID = re.compile(r"^resp_([0-9a-f]{2,512})_([0-9]{1,18})$")
+_PLAIN_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,120}$")
+
+
+class ConversationRef(BaseModel):
+    """``{"id": ...}`` form of a conversation."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(..., min_length=1, max_length=256)
+
+
+class ResponsesRequest(BaseModel):
+    """A Responses request; fields this server does not use are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(..., max_length=256)
+    input: str | list[dict[str, Any]] = Field(...)
+    conversation: str | ConversationRef | None = None
+    previous_response_id: str | None = Field(None, max_length=600)
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+
+
+def response_id(scope: Scope, thread_id: str, seq: int) -> str:
+    """The id of the response ending at ``seq`` of stored thread ``thread_id``."""
+    return f"resp_{scope.outer(thread_id).encode().hex()}_{seq}"
+
+
+def thread_of(scope: Scope, body: ResponsesRequest) -> tuple[str, bool]:
+    """The stored thread a request continues, and whether it must exist already."""
+    if body.previous_response_id:
+        match = _RESPONSE_ID.match(body.previous_response_id)
+        if match is None:
+            raise NotFound(f"no response {body.previous_response_id!r}")
+        try:
+            outer = bytes.fromhex(match.group(1)).decode()
+        except ValueError:
+            raise NotFound(f"no response {body.previous_response_id!r}") from None
+        return scope.inner(outer), True
+    if body.conversation is not None:
+        cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
+        if not _PLAIN_ID.match(cid):
+            raise UsageError("conversation ids are 1-120 of A-Z a-z 0-9 . _ : @ -")
+        return scope.inner(f"conv-{cid}"), False
+    return scope.inner(f"resp-{uuid.uuid4().hex}"), False
+
+
+def parse_input(
+    body: ResponsesRequest, thread_id: str, agent: str, key: str | None, request: Request
+) -> tuple[list[NewInput], list[Answer]]:
+    """The user inputs and tool answers of a request's ``input``."""
+    raw: list[dict[str, Any]] = (
+        [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+    )
+    items: list[NewInput] = []
+    answers: list[Answer] = []
+    for index, item in enumerate(raw):
+        kind = item.get("type", "message")
+        if kind == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if not isinstance(call_id, str) or not isinstance(output, str):
+                raise UsageError("a function_call_output needs a call_id and an output string")
+            check_size(request, output)
+            answers.append(Answer(call_id=call_id, content=output))
+        elif kind == "message" and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, list):
+                content = "".join(
+                    str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+                )
+            if not isinstance(content, str):
+                raise UsageError("a user message needs text content")
+            check_size(request, content)
+            dedup = f"resp:{key}:{index}" if key else f"auto:{uuid.uuid4().hex}"
+            items.append(
+                NewInput(thread_id=thread_id, kind="user", dedup_key=dedup, content=content, agent=agent)
+            )
+    return items, answers
+
+
+def response_body(
+    rid: str, model: str, outcome: Outcome | None, msg_id: str, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """A ``response`` object (``in_progress`` without an outcome)."""
+    output: list[dict[str, Any]] = []
+    usage = None
+    if outcome is not None:
+        if outcome.reply.content:
+            output.append(message_item(msg_id, outcome.reply.content, "completed"))
+        output += [
+            {
+                "type": "function_call",
+                "id": f"fc_{c.id}",
+                "call_id": c.id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "status": "completed",
+            }
+            for c in outcome.tool_calls
+        ]
+        usage = {
+            "input_tokens": outcome.prompt_tokens,
+            "output_tokens": outcome.completion_tokens,
+            "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed" if outcome is not None else "in_progress",
+        "model": model,
+        "output": output,
+        "usage": usage,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": {},
+        "parallel_tool_calls": True,
+        "temperature": None,
+        "top_p": None,
+        "tool_choice": "auto",
+        "tools": [],
+        **extra,
+    }
+
+
+def message_item(msg_id: str, text: str, status: str) -> dict[str, Any]:
+    """An assistant ``message`` output item."""
+    content = [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" else []
+    return {"type": "message", "id": msg_id, "status": status, "role": "assistant", "content": content}
+
+
+async def stream_events(
+    scope: Scope, model: str, turns: AsyncIterator[str | Outcome], thread_id: str, extra: dict[str, Any]
+) -> AsyncIterator[str]:
+    """The Responses event sequence for one streamed response."""
+    seq = 0
+    msg_id = f"msg_{uuid.uuid4().hex}"
+    pending_id = f"resp_pending_{uuid.uuid4().hex}"
+
+    def event(kind: str, **data: Any) -> str:
+        nonlocal seq
+        seq += 1
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': seq, **data})}\n\n"
+
+    where = {"item_id": msg_id, "output_index": 0, "content_index": 0}
+    text = ""
+    try:
+        yield event("response.created", response=response_body(pending_id, model, None, msg_id, extra))
+        yield event(
+            "response.output_item.added", output_index=0, item=message_item(msg_id, "", "in_progress")
+        )
+        part = {"type": "output_text", "text": "", "annotations": []}
+        yield event("response.content_part.added", part=part, **where)
+        async for item in turns:
+            if isinstance(item, str):
+                text += item
+                yield event("response.output_text.delta", delta=item, logprobs=[], **where)
+                continue
+            final = item.reply.content
+            if final.startswith(text) and len(final) > len(text):
+                yield event("response.output_text.delta", delta=final[len(text) :], logprobs=[], **where)
+            yield event("response.output_text.done", text=final, logprobs=[], **where)
+            yield event("response.content_part.done", part={**part, "text": final}, **where)
+            yield event(
+                "response.output_item.done", output_index=0, item=message_item(msg_id, final, "completed")
+            )
+            rid = response_id(scope, thread_id, item.reply.seq)
+            body = response_body(rid, model, item, msg_id, extra)
+            for index, call in enumerate(body["output"][1:] if final else body["output"], start=1):
+                yield event("response.output_item.added", output_index=index, item=call)
+                yield event("response.output_item.done", output_index=index, item=call)
+            yield event("response.completed", response=body)
+    except DormantError as exc:
+        yield event("error", code=exc.code, message=str(exc), param=None)
+
+
+@router.post("/responses", response_model=None)
+async def responses(
+    request: Request,
+    scope: TenantScope,
+    body: ResponsesRequest,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+) -> Response:
+    """Run the agent on a durable thread; answer or stream in the Responses format."""
+    state = state_of(request)
+    rt = state.runtime
+    agent = body.model if body.model in rt.agents else agent_name(rt, None)
+    thread_id, must_exist = thread_of(scope, body)
+    if must_exist:
+        await rt.thread(thread_id)  # 404 for a response id of no thread of this tenant
+    items, answers = parse_input(body, thread_id, agent, idempotency_key, request)
+    extra: dict[str, Any] = {"previous_response_id": body.previous_response_id}
+    if body.conversation is not None:
+        cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
+        extra["conversation"] = {"id": cid}
+    turns = exchange(state, thread_id, items, answers, client_tools=bool(body.tools))
+    if body.stream:
+        return StreamingResponse(
+            stream_events(scope, body.model, turns, thread_id, extra),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store"},
+        )
+    outcome = None
+    async for item in turns:
+        if isinstance(item, Outcome):
+            outcome = item
+    assert outcome is not None
+    rid = response_id(scope, thread_id, outcome.reply.seq)
+    return JSONResponse(response_body(rid, body.model, outcome, f"msg_{outcome.reply.seq}", extra))

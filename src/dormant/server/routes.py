@@ -1,0 +1,188 @@
+"""The native REST API (v1): threads, inputs, paged messages, tool results, retry, status.
+
+Every route needs a tenant's bearer key and sees only that tenant's threads
+(:mod:`dormant.server.scope`): another tenant's id, cursor or call id answers 404.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+
+from ..errors import Busy, PayloadTooLarge, UsageError
+from ..records import NewInput, Priority
+from ..runtime import Runtime
+from ..store.base import MAX_PAGE
+from ..store.tenancy import Scope
+from .app import state_of, tenant_scope
+from .schemas import (
+    AdmissionOut,
+    ErrorBody,
+    InputCreate,
+    MessageOut,
+    MessagePage,
+    StatusOut,
+    ThreadCreate,
+    ThreadOut,
+    ThreadPage,
+    ToolResultIn,
+)
+
+ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 422, 429, 503)
+}
+
+router = APIRouter(prefix="/v1", tags=["threads"], responses=ERRORS)
+
+TenantScope = Annotated[Scope, Depends(tenant_scope)]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=200,
+        description="the dedup key: the same key on the same thread is admitted once",
+    ),
+]
+
+
+def runtime_of(request: Request) -> Runtime:
+    """The runtime the app hosts."""
+    return state_of(request).runtime
+
+
+def agent_name(rt: Runtime, agent: str | None) -> str:
+    """``agent`` (or the default agent), checked to exist."""
+    name = agent or rt.default_agent
+    if name not in rt.agents:
+        raise UsageError(f"unknown agent {name!r} (this server hosts: {', '.join(sorted(rt.agents))})")
+    return name
+
+
+def check_size(request: Request, content: str) -> None:
+    """PayloadTooLarge (413) for content over the runtime's input limit."""
+    limit = state_of(request).max_input_bytes
+    if len(content.encode()) > limit:
+        raise PayloadTooLarge(f"content over {limit} bytes")
+
+
+@router.post("/threads", status_code=201, response_model=ThreadOut)
+async def create_thread(request: Request, scope: TenantScope, body: ThreadCreate) -> ThreadOut:
+    """Create a thread; an existing id is returned unchanged (so a retry is harmless)."""
+    rt = runtime_of(request)
+    thread_id = scope.inner(body.id or uuid.uuid4().hex)
+    await state_of(request).quotas.check_new_thread(rt, thread_id)
+    thread = await rt.store.create_thread(thread_id, agent_name(rt, body.agent))
+    return ThreadOut.of(thread, scope)
+
+
+@router.get("/threads", response_model=ThreadPage)
+async def list_threads(
+    request: Request, scope: TenantScope, cursor: str | None = None, limit: Limit = 50
+) -> ThreadPage:
+    """One page of the tenant's threads, by id."""
+    page = await runtime_of(request).threads(cursor=scope.list_cursor(cursor), limit=limit)
+    items, next_cursor = scope.page(page)
+    return ThreadPage(items=[ThreadOut.of(t, scope) for t in items], next_cursor=next_cursor)
+
+
+@router.get("/threads/{thread_id}", response_model=ThreadOut)
+async def get_thread(request: Request, scope: TenantScope, thread_id: str) -> ThreadOut:
+    """One thread's metadata."""
+    return ThreadOut.of(await runtime_of(request).thread(scope.inner(thread_id)), scope)
+
+
+@router.delete("/threads/{thread_id}", status_code=204, response_class=Response)
+async def delete_thread(request: Request, scope: TenantScope, thread_id: str) -> Response:
+    """Delete a thread, its descendants and their histories (refused, 422, while one runs a slice)."""
+    await runtime_of(request).delete_thread(scope.inner(thread_id))
+    return Response(status_code=204)
+
+
+@router.post("/threads/{thread_id}/inputs", status_code=202, response_model=AdmissionOut)
+async def post_input(
+    request: Request,
+    scope: TenantScope,
+    thread_id: str,
+    body: InputCreate,
+    idempotency_key: IdempotencyKey = None,
+) -> AdmissionOut:
+    """Admit user text; 202 once durable. The thread is created (with ``agent``) if new.
+
+    While the thread runs a slice in this process, ``strategy`` decides: ``enqueue``
+    waits behind it, ``reject`` answers 409 (admitting nothing), ``interrupt`` admits
+    then cancels the slice (it commits nothing; its inputs run again with this one),
+    ``rollback`` does the same and tells event streams to discard its live text.
+    A slice running in another process (``--workers N``) is not reached: the input
+    is queued and ``interrupted`` is false.
+    """
+    rt = runtime_of(request)
+    inner = scope.inner(thread_id)
+    check_size(request, body.content)
+    if body.strategy == "reject" and rt.scheduler.running(inner):
+        raise Busy(f"thread {thread_id!r} is running")
+    await state_of(request).quotas.admit(rt, inner)
+    item = NewInput(
+        thread_id=inner,
+        kind="user",
+        dedup_key=f"http:{idempotency_key}" if idempotency_key else f"auto:{uuid.uuid4().hex}",
+        content=body.content,
+        priority=Priority(body.priority),
+        agent=agent_name(rt, body.agent),
+    )
+    (admission,) = await rt.admit([item])
+    interrupted = False
+    if body.strategy in ("interrupt", "rollback") and not admission.duplicate:
+        interrupted = await rt.interrupt(inner)
+        if interrupted and body.strategy == "rollback":
+            state_of(request).hub.rollback(inner)
+    return AdmissionOut(
+        input_id=admission.input_id,
+        thread_id=thread_id,
+        duplicate=admission.duplicate,
+        interrupted=interrupted,
+    )
+
+
+@router.get("/threads/{thread_id}/messages", response_model=MessagePage)
+async def list_messages(
+    request: Request,
+    scope: TenantScope,
+    thread_id: str,
+    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
+    limit: Limit = 50,
+    order: Literal["asc", "desc"] = "asc",
+) -> MessagePage:
+    """One page of the thread's messages, oldest first (``asc``) or newest first (``desc``)."""
+    page = await runtime_of(request).history(
+        scope.inner(thread_id), cursor=cursor, limit=limit, newest_first=order == "desc"
+    )
+    return MessagePage(items=[MessageOut.of(m) for m in page.items], next_cursor=page.next_cursor)
+
+
+@router.post("/threads/{thread_id}/tool_results/{call_id}", status_code=202, response_model=AdmissionOut)
+async def post_tool_result(
+    request: Request, scope: TenantScope, thread_id: str, call_id: str, body: ToolResultIn
+) -> AdmissionOut:
+    """Answer an open async tool call of the thread; the first answer wins (later: duplicate)."""
+    check_size(request, body.content)
+    rt = runtime_of(request)
+    admission = await rt.post_tool_result(
+        scope.inner(thread_id), call_id, body.content, is_error=body.is_error
+    )
+    return AdmissionOut(input_id=admission.input_id, thread_id=thread_id, duplicate=admission.duplicate)
+
+
+@router.post("/threads/{thread_id}/retry", response_model=ThreadOut)
+async def retry_thread(request: Request, scope: TenantScope, thread_id: str) -> ThreadOut:
+    """Make a failed thread run again."""
+    return ThreadOut.of(await runtime_of(request).retry(scope.inner(thread_id)), scope)
+
+
+@router.get("/status", response_model=StatusOut, tags=["status"])
+async def status(request: Request, scope: TenantScope) -> StatusOut:
+    """The caller's tenant's counts: its threads (children included), their backlog, calls
+    and messages. Nothing of another tenant, not even store-wide totals."""
+    return StatusOut.of(await runtime_of(request).status(scope.tenant_id))

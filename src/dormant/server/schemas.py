@@ -1,0 +1,186 @@
+"""Request and response bodies of the native REST API (v1), as pydantic models.
+
+They are the JSON schema the OpenAPI document publishes and the validation every
+request goes through; records convert to them here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..records import Message, StoreStatus, Thread
+from ..store.tenancy import THREAD_ID_PATTERN, Scope
+
+#: How an input that arrives while its thread runs a slice is handled.
+Strategy = Literal["enqueue", "reject", "interrupt", "rollback"]
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are refused, so a typo is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable ``code`` (see :mod:`dormant.errors`) and a message."""
+
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+class ThreadCreate(Body):
+    """Create a thread (idempotent: an existing id is returned as it is)."""
+
+    id: str | None = Field(None, pattern=THREAD_ID_PATTERN, description="default: a new random id")
+    agent: str | None = Field(None, max_length=128, description="default: the server's first agent")
+
+
+class ThreadOut(BaseModel):
+    """A thread's metadata (never its history)."""
+
+    id: str
+    agent: str
+    parent_id: str | None
+    status: str
+    last_seq: int
+    awaiting: int
+    failures: int
+    error: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, thread: Thread, scope: Scope) -> ThreadOut:
+        """The tenant's view of ``thread``."""
+        parent = scope.outer(thread.parent_id) if thread.parent_id else None
+        return cls(
+            id=scope.outer(thread.id),
+            agent=thread.agent,
+            parent_id=parent,
+            status=thread.status,
+            last_seq=thread.last_seq,
+            awaiting=thread.awaiting,
+            failures=thread.failures,
+            error=thread.error,
+            created_at=thread.created_at,
+            updated_at=thread.updated_at,
+        )
+
+
+class ThreadPage(BaseModel):
+    """One page of threads; pass ``next_cursor`` back as ``cursor`` for the next."""
+
+    items: list[ThreadOut]
+    next_cursor: str | None
+
+
+class InputCreate(Body):
+    """User text for a thread (created with ``agent`` when new)."""
+
+    content: str = Field(..., description="the text; its UTF-8 size is limited by the server")
+    agent: str | None = Field(None, max_length=128)
+    priority: Literal[0, 1, 2] = Field(1, description="0 urgent, 1 normal, 2 bulk")
+    strategy: Strategy = Field(
+        "enqueue",
+        description="if the thread runs a slice: queue behind it (enqueue), 409 (reject), or cancel it "
+        "so its inputs run with this one (interrupt; rollback also voids its live text on event streams)",
+    )
+
+
+class AdmissionOut(BaseModel):
+    """An input is durable: ``duplicate`` when its Idempotency-Key was seen before."""
+
+    input_id: int
+    thread_id: str
+    duplicate: bool
+    #: a running slice was cancelled for this input (strategy interrupt or rollback)
+    interrupted: bool = False
+
+
+class ToolCallOut(BaseModel):
+    """A tool call of an assistant message; ``arguments`` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class MessageOut(BaseModel):
+    """One message of a thread's history; ``seq`` numbers it (and is its event id)."""
+
+    seq: int
+    role: str
+    content: str
+    tool_calls: list[ToolCallOut] = []
+    tool_call_id: str | None = None
+    name: str | None = None
+    created_at: float
+
+    @classmethod
+    def of(cls, message: Message) -> MessageOut:
+        """The wire form of ``message``."""
+        return cls(
+            seq=message.seq,
+            role=message.role,
+            content=message.content,
+            tool_calls=[ToolCallOut(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+            created_at=message.created_at,
+        )
+
+
+class MessagePage(BaseModel):
+    """One page of messages; pass ``next_cursor`` back as ``cursor`` for the next."""
+
+    items: list[MessageOut]
+    next_cursor: str | None
+
+
+class ToolResultIn(Body):
+    """The answer to an open async tool call."""
+
+    content: str
+    is_error: bool = False
+
+
+class StatusOut(BaseModel):
+    """The caller's tenant's counts (never the whole store's)."""
+
+    threads_by_status: dict[str, int]
+    threads_ready: int
+    threads_leased: int
+    backlog_by_priority: dict[str, int]
+    outbox_by_status: dict[str, int]
+    dead_letters: int
+    messages: int
+    schema_version: int
+
+    @classmethod
+    def of(cls, status: StoreStatus) -> StatusOut:
+        """The wire form of ``status``."""
+        return cls(
+            threads_by_status=status.threads_by_status,
+            threads_ready=status.threads_ready,
+            threads_leased=status.threads_leased,
+            backlog_by_priority=status.backlog_by_priority,
+            outbox_by_status=status.outbox_by_status,
+            dead_letters=status.dead_letters,
+            messages=status.messages,
+            schema_version=status.schema_version,
+        )
+
+
+class Health(BaseModel):
+    """``/healthz`` and ``/readyz``."""
+
+    status: str
+    detail: str | None = None

@@ -1,0 +1,152 @@
+"""One request-response exchange on a durable thread, for the OpenAI-compatible endpoints.
+
+:func:`exchange` admits inputs (and answers open tool calls), then follows the
+thread through the hub until the agent's turn ends, yielding live text as it
+streams and finally an :class:`Outcome`. The turn ends when the newest message is
+an assistant reply without tool calls (``stop``), or, when the client said it runs
+tools itself, an assistant reply whose async calls are open (``tool_calls``). A
+failed thread raises :class:`~dormant.errors.ModelError` with its error.
+
+Nothing is kept in memory but the messages of this one turn (capped by
+``MAX_TURN_MESSAGES``): the thread, its history and the answers stay in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from ..errors import ModelError, NotFound, UsageError
+from ..records import Message, NewInput, ToolCall
+from ..tokens import DEFAULT_ENCODING, count_text
+from .app import ServerState
+
+#: Most messages one turn may add before the exchange gives up (a runaway agent).
+MAX_TURN_MESSAGES = 256
+#: Newest messages searched for an input that was already consumed (a retried request).
+LOOKBACK = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """How a turn ended: the final assistant message, open calls, token counts."""
+
+    thread_id: str
+    reply: Message
+    finish_reason: str
+    tool_calls: tuple[ToolCall, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """A client's answer to an open tool call."""
+
+    call_id: str
+    content: str
+
+
+def tokens_of(texts: Sequence[str]) -> int:
+    """Tokens of ``texts`` in the default encoding (the usage figures)."""
+    return sum(count_text(t, DEFAULT_ENCODING) for t in texts if t)
+
+
+async def _anchor(state: ServerState, thread_id: str, input_ids: set[int], call_ids: set[str]) -> int | None:
+    """The seq before the newest message made from one of ``input_ids`` or answering one of
+    ``call_ids`` among the last :data:`LOOKBACK` messages (a repeated request), or None."""
+    page = await state.runtime.history(thread_id, limit=LOOKBACK, newest_first=True)
+    for message in page.items:
+        if message.input_id in input_ids or (message.role == "tool" and message.tool_call_id in call_ids):
+            return message.seq - 1
+    return None
+
+
+async def exchange(
+    state: ServerState,
+    thread_id: str,
+    items: Sequence[NewInput],
+    answers: Sequence[Answer] = (),
+    *,
+    client_tools: bool = False,
+) -> AsyncIterator[str | Outcome]:
+    """Admit ``items`` and ``answers`` to stored thread ``thread_id``, then yield the agent's
+    live text and, last, the :class:`Outcome`. Raises ModelError after the reply timeout."""
+    rt = state.runtime
+    if not items and not answers:
+        raise UsageError("nothing new to send: the messages were all seen before")
+    if items:
+        await state.quotas.admit(rt, thread_id, len(items))
+    async with state.hub.subscribe(thread_id) as sub:
+        try:
+            start = (await rt.thread(thread_id)).last_seq
+        except NotFound:
+            start = 0
+        call_ids = set()
+        for answer in answers:
+            await rt.post_tool_result(thread_id, answer.call_id, answer.content)
+            call_ids.add(answer.call_id)
+        admissions = await rt.admit(items) if items else []
+        input_ids = {a.input_id for a in admissions}
+        if admissions and all(a.duplicate for a in admissions) and not answers:
+            start = await _anchor(state, thread_id, input_ids, call_ids) or start
+        prompt = tokens_of([i.content for i in items] + [a.content for a in answers])
+        found = False
+        turn: list[Message] = []
+        try:
+            async with asyncio.timeout(state.config.reply_timeout_s):
+                while True:
+                    sub.wake.clear()
+                    page = await rt.history(thread_id, cursor=str(start), limit=64)
+                    for message in page.items:
+                        start = message.seq
+                        if not found:
+                            found = message.input_id in input_ids or (
+                                message.role == "tool" and message.tool_call_id in call_ids
+                            )
+                            continue
+                        turn.append(message)
+                        if len(turn) > MAX_TURN_MESSAGES:
+                            raise ModelError(f"the agent wrote over {MAX_TURN_MESSAGES} messages in one turn")
+                    if page.next_cursor is not None:
+                        continue
+                    for text in sub.take():
+                        yield text
+                    thread = await rt.thread(thread_id)
+                    if thread.status == "failed":
+                        raise ModelError(f"the thread failed: {thread.error}", retryable=False)
+                    last = turn[-1] if turn else None
+                    if last is not None and last.role == "assistant":
+                        if not last.tool_calls:
+                            yield _outcome(thread_id, last, "stop", (), prompt, turn)
+                            return
+                        if client_tools and thread.awaiting > 0:
+                            yield _outcome(thread_id, last, "tool_calls", last.tool_calls, prompt, turn)
+                            return
+                    await sub.wake.wait()
+        except TimeoutError:
+            raise ModelError(
+                f"no reply within {state.config.reply_timeout_s:g}s; the input is durable and will be "
+                "answered (read it from the thread's messages)"
+            ) from None
+
+
+def _outcome(
+    thread_id: str,
+    last: Message,
+    reason: str,
+    calls: tuple[ToolCall, ...],
+    prompt: int,
+    turn: list[Message],
+) -> Outcome:
+    written = [m.content for m in turn if m.role == "assistant"]
+    written += [c.arguments for m in turn for c in m.tool_calls]
+    return Outcome(
+        thread_id=thread_id,
+        reply=last,
+        finish_reason=reason,
+        tool_calls=calls,
+        prompt_tokens=prompt,
+        completion_tokens=tokens_of(written),
+    )
