@@ -10,7 +10,9 @@ exponential backoff; a timeout is retried only for idempotent tools; any other
 exception becomes an error result the agent sees. After ``max_attempts`` the
 entry is dead-lettered and the agent receives an error result, so every call is
 answered exactly once. Entries found running with an expired lease are
-reconciled by the store (see ``Store.claim_outbox``).
+reconciled by the store (see ``Store.claim_outbox``); attempts are counted at
+claim, so an entry claimed more than ``max_attempts`` times (its runs killed or
+wedged their workers) is dead-lettered without running again.
 
 A result over the blob threshold is stored as a blob first
 (:func:`~dormant.blobs.stash`, within the tool's timeout): the result admitted is
@@ -178,6 +180,14 @@ class Dispatcher:
         spec = agent.toolbox.get(entry.tool) if agent else None
         if spec is None:
             return self._final(entry, f"error: no tool {entry.tool!r} for agent {entry.agent!r}", "dead")
+        if entry.attempts > self.max_attempts:
+            # the store counted this claim: the earlier runs ended without an outcome (their
+            # worker died or wedged, and the lease expired); never run a poison pill again
+            reason = (
+                f"the call was claimed {entry.attempts} times and its earlier {entry.attempts - 1} "
+                "runs ended without an outcome (did each kill its worker?)"
+            )
+            return self._final(entry, f"error: gave up: {reason}", "dead", error=reason)
         try:
             args = spec.parse(entry.arguments)
         except ValueError as exc:

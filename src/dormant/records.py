@@ -162,6 +162,9 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     expires_at: float
     agent: str = ""  # the thread's agent (so a slice knows its view budget before loading)
+    #: slices of this thread claimed since its last commit, this one included (counted
+    #: at claim, so a worker that dies mid-slice counts too; 0: not counted)
+    attempts: int = 0
 
 
 class ViewLimits(msgspec.Struct, frozen=True, kw_only=True):

@@ -148,7 +148,8 @@ class Backend(Protocol):
 
     async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
         """Lease up to ``limit`` (>= 1) ready threads whose lease expired, best ready key
-        first, all with ``token``, until now + ``lease_s``."""
+        first, all with ``token``, until now + ``lease_s``; each thread's failures + 1,
+        the new count as the claim's ``attempts``."""
         ...
 
     async def apply_plan(self, plan: CommitPlan) -> None:
@@ -166,7 +167,8 @@ class Backend(Protocol):
 
     async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
         """Clear the lease if ``claim`` still holds it: claimable again at ``retry_at``;
-        with ``error`` failures + 1 and the error kept; with ``fail`` status ``failed``
+        with ``error`` the error kept (the claim counted the failure), without one
+        failures - 1 (never below 0: the attempt is given back); with ``fail`` status ``failed``
         (and not ready)."""
         ...
 

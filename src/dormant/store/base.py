@@ -104,7 +104,12 @@ class Store(Protocol):
         ...
 
     async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
-        """Lease up to ``limit`` threads with ready input, best key first."""
+        """Lease up to ``limit`` threads with ready input, best key first.
+
+        Each claim counts an attempt: the thread's failure count grows by one, and the
+        claim carries the new count (:attr:`~dormant.records.Claim.attempts`); a commit
+        resets it, a release without an error gives the attempt back. A worker that dies
+        mid-slice so leaves its attempt counted."""
         ...
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
@@ -123,8 +128,9 @@ class Store(Protocol):
     ) -> None:
         """Give a lease back without a commit (the slice failed).
 
-        The thread is not claimable before ``retry_at``; with ``error`` its failure
-        count grows; with ``fail`` it is marked failed until retried.
+        The thread is not claimable before ``retry_at``; with ``error`` the attempt the
+        claim counted stays a failure, without one it is given back; with ``fail`` the
+        thread is marked failed until retried.
         """
         ...
 

@@ -35,6 +35,7 @@ from ...records import (
     OutboxOutcome,
     Thread,
 )
+from ...urls import redact, scrub
 from ..backend import BackendDefaults
 from ..core import result_input
 from ..rows import row_entry, row_thread
@@ -171,7 +172,9 @@ class PostgresBackend(BackendDefaults):
                 await pool.open(wait=True, timeout=self.connect_timeout_s)
             except PoolTimeout as exc:
                 await pool.close()
-                raise StoreError(f"cannot open connections to PostgreSQL at {self.url!r}: {exc}") from exc
+                raise StoreError(
+                    f"cannot open connections to PostgreSQL at {redact(self.url)!r}: {scrub(str(exc))}"
+                ) from exc
         except BaseException:
             await conn.close()
             raise
@@ -331,7 +334,10 @@ class PostgresBackend(BackendDefaults):
 
         def decode(rows: Rows, count: int) -> list[Claim]:
             ordered = sorted(rows, key=lambda r: (r[1], r[0]))
-            return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[2]) for r in ordered]
+            return [
+                Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[2], attempts=r[3])
+                for r in ordered
+            ]
 
         result: list[Claim] = await self._write(Job(sql.CLAIM_THREADS, params, decode))
         return result
@@ -356,7 +362,7 @@ class PostgresBackend(BackendDefaults):
         """Clear the lease if ``claim`` still holds it."""
         params = {
             "retry_at": retry_at,
-            "inc": 1 if error else 0,
+            "inc": 0 if error else -1,
             "error": clean_text(error),
             "fail": fail,
             "now": self.clock(),

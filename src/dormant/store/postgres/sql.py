@@ -36,9 +36,10 @@ WITH dead AS (
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
 )
-UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s
+UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s,
+    failures = t.failures + 1
 FROM picked WHERE t.id = picked.id
-RETURNING t.id, picked.ready_key, t.agent
+RETURNING t.id, picked.ready_key, t.agent, t.failures
 """
 RENEW_LEASES = """
 UPDATE threads t SET lease_expires = %s
@@ -46,10 +47,11 @@ FROM unnest(%s::text[], %s::text[]) AS c (id, token)
 WHERE t.id = c.id AND t.lease_token = c.token
 RETURNING t.id
 """
-# A failed thread is not ready (ready_key NULL) until retry_thread recomputes it.
+# A failed thread is not ready (ready_key NULL) until retry_thread recomputes it. The
+# claim counted an attempt (failures + 1); a release without an error gives it back.
 RELEASE = """
 UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = %(retry_at)s,
-    failures = failures + %(inc)s, error = coalesce(%(error)s, error),
+    failures = greatest(0, failures + %(inc)s), error = coalesce(%(error)s, error),
     status = CASE WHEN %(fail)s THEN 'failed' ELSE status END, updated_at = %(now)s,
     ready_key = CASE WHEN %(fail)s THEN NULL ELSE ready_key END,
     ready_at = CASE WHEN %(fail)s THEN NULL ELSE ready_at END
