@@ -1,6 +1,6 @@
 """A worker whose tool kills it, for the poison-pill tests (issue 12.1).
 
-    python -m tests.faults.poison_worker DB DIR MODE     # MODE: async | inline
+    python -m tests.faults.poison_worker URL DIR MODE     # MODE: async | inline
 
 The agent calls ``crash`` once; the tool appends a line to ``DIR/crashes.log`` and
 ends its process with ``os._exit`` (as an out-of-memory kill would), so the call (an
@@ -25,7 +25,7 @@ from tests.faults.worker import append, settings
 CAP = 2
 
 
-async def main(db: str, work: Path, mode: str) -> None:
+async def main(url: str, work: Path, mode: str) -> None:
     """Run the poisoned thread until the store is idle; print what became of it."""
 
     @tool(mode="async" if mode == "async" else "inline", idempotent=True)
@@ -45,7 +45,7 @@ async def main(db: str, work: Path, mode: str) -> None:
 
     agent = Agent(name="a", model=ScriptedModel(script), tools=[crash])
     overrides = {"lease_s": 0.3, "tool_attempts": CAP, "model_retries": CAP, "concurrency": 2}
-    async with Runtime(f"sqlite:///{db}", [agent], settings=settings("poison", **overrides)) as rt:
+    async with Runtime(url, [agent], settings=settings("poison", **overrides)) as rt:
         rt.dispatcher.lease_s = 0.3  # a dead worker's call lease runs out soon
         await rt.send("t", "go", key="k")
         await rt.run_until_idle(timeout=30)

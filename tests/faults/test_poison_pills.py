@@ -21,13 +21,22 @@ from tests.faults.poison_worker import CAP
 ROUNDS = CAP + 6
 
 
-def run_until_settled(tmp_path: Path, mode: str) -> tuple[dict[str, Any], int]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store every worker process opens in turn (PostgreSQL: a fresh schema)."""
+    if request.param == "postgres":
+        pg: str = request.getfixturevalue("pg_url")
+        return pg
+    return f"sqlite:///{tmp_path}/poison.db"
+
+
+def run_until_settled(url: str, tmp_path: Path, mode: str) -> tuple[dict[str, Any], int]:
     """Restart the poison worker after each death until one settles; what it printed and
     how many times the tool ran."""
-    db, crashes = tmp_path / "poison.db", tmp_path / "crashes.log"
+    crashes = tmp_path / "crashes.log"
     for _ in range(ROUNDS):
         proc = subprocess.run(
-            [sys.executable, "-m", "tests.faults.poison_worker", str(db), str(tmp_path), mode],
+            [sys.executable, "-m", "tests.faults.poison_worker", url, str(tmp_path), mode],
             cwd=REPO,
             env=worker_env(),
             capture_output=True,
@@ -43,9 +52,9 @@ def run_until_settled(tmp_path: Path, mode: str) -> tuple[dict[str, Any], int]:
 
 @pytest.mark.timeout(180)
 def test_an_async_call_that_kills_its_worker_every_time_is_dead_lettered_within_its_cap(
-    tmp_path: Path,
+    url: str, tmp_path: Path
 ) -> None:
-    result, runs = run_until_settled(tmp_path, "async")
+    result, runs = run_until_settled(url, tmp_path, "async")
     assert runs == CAP, "the call ran exactly its attempt cap of times"
     assert result["outbox"] == [["dead", CAP + 1]], "dead-lettered at the claim past the cap, unrun"
     assert result["status"] == "active"
@@ -54,9 +63,9 @@ def test_an_async_call_that_kills_its_worker_every_time_is_dead_lettered_within_
 
 @pytest.mark.timeout(180)
 def test_a_slice_that_kills_its_worker_every_time_marks_its_thread_failed_within_its_cap(
-    tmp_path: Path,
+    url: str, tmp_path: Path
 ) -> None:
-    result, runs = run_until_settled(tmp_path, "inline")
+    result, runs = run_until_settled(url, tmp_path, "inline")
     assert runs == CAP + 1, "the slice ran model_retries + 1 times, as failing slices do"
     assert result["status"] == "failed"
     assert result["error"].startswith("PoisonPill:")
