@@ -82,6 +82,8 @@ class Dispatcher:
         self.blob_threshold = blob_threshold
         self.tool_threads = tool_threads
         self.wake = asyncio.Event()
+        #: the (agent, tool) pairs hosted here: only their calls are claimed
+        self.tools = tuple((a.name, name) for a in agents.values() for name in a.toolbox.names())
         timeouts = [t.timeout for a in agents.values() for t in a.tools] or [30.0]
         # a lease outlives the slowest call, so only a dead worker lets one expire
         self.lease_s = max(timeouts) + 30.0
@@ -105,7 +107,7 @@ class Dispatcher:
                 self.wake.clear()
                 free = self.concurrency - len(self._running)
                 try:
-                    entries = await self.store.claim_outbox(self.worker, free, self.lease_s)
+                    entries = await self.store.claim_outbox(self.worker, free, self.lease_s, tools=self.tools)
                 except SchemaError:
                     raise
                 except Exception as exc:  # the loop must outlive any store failure

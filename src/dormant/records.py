@@ -295,6 +295,10 @@ class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     next_cursor: str | None = None
 
 
+#: How many agents :attr:`StoreStatus.ready_by_agent` names at most.
+READY_AGENTS_SHOWN = 20
+
+
 class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Counts for ``dormant status``; every figure is a number, never a list."""
 
@@ -308,3 +312,7 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     db_bytes: int = 0
     wal_bytes: int = 0
     schema_version: int = 0
+    #: ready threads (claimable now) by agent, the :data:`READY_AGENTS_SHOWN` agents with
+    #: the most: a worker claims only its agents' threads, so an agent no running worker
+    #: hosts shows here while its threads wait
+    ready_by_agent: dict[str, int] = {}

@@ -83,6 +83,7 @@ class Runtime:
             concurrency=self.settings.concurrency,
             lease_s=self.settings.lease_s,
             poll_s=self.settings.poll_s,
+            agents=tuple(self.agents),
         )
         self.dispatcher = Dispatcher(
             self.store,

@@ -146,10 +146,12 @@ class Backend(Protocol):
         """
         ...
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
-        """Lease up to ``limit`` (>= 1) ready threads whose lease expired, best ready key
-        first, all with ``token``, until now + ``lease_s``; each thread's failures + 1,
-        the new count as the claim's ``attempts``."""
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` (>= 1) ready threads whose lease expired (of ``agents``
+        only, unless None), best ready key first, all with ``token``, until now +
+        ``lease_s``; each thread's failures + 1, the new count as the claim's ``attempts``."""
         ...
 
     async def apply_plan(self, plan: CommitPlan) -> None:
@@ -178,11 +180,15 @@ class Backend(Protocol):
 
     # -- outbox ----------------------------------------------------------------------
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, worker: str, limit: int, lease_s: float, token: str, tools: list[str] | None
+    ) -> list[OutboxEntry]:
         """Reconcile expired running entries (idempotent: pending again; others:
         ``unknown`` with :func:`dormant.store.core.result_input` of
-        :data:`dormant.inbox.UNKNOWN_OUTCOME` admitted), then, if ``limit`` > 0, lease
-        up to ``limit`` due pending entries (attempts + 1) with ``token``; by id."""
+        :data:`dormant.inbox.UNKNOWN_OUTCOME` admitted; whatever their tool), then, if
+        ``limit`` > 0, lease up to ``limit`` due pending entries (attempts + 1) with
+        ``token``, only those whose :func:`dormant.store.core.tool_key` is in ``tools``
+        unless None; by id."""
         ...
 
     async def complete_call(self, item: NewInput) -> Admission:

@@ -10,7 +10,7 @@ nothing is acknowledged before it is durable.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..records import (
@@ -103,8 +103,12 @@ class Store(Protocol):
         """
         ...
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
-        """Lease up to ``limit`` threads with ready input, best key first.
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` threads with ready input, best key first; with ``agents``,
+        only threads of those agents (the ones the worker hosts: a thread no worker can
+        serve waits, see ``StoreStatus.ready_by_agent``).
 
         Each claim counts an attempt: the thread's failure count grows by one, and the
         claim carries the new count (:attr:`~dormant.records.Claim.attempts`); a commit
@@ -142,8 +146,16 @@ class Store(Protocol):
         """Make a failed thread active again (failure count reset)."""
         ...
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float) -> list[OutboxEntry]:
-        """Lease up to ``limit`` due outbox entries.
+    async def claim_outbox(
+        self,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        *,
+        tools: Collection[tuple[str, str]] | None = None,
+    ) -> list[OutboxEntry]:
+        """Lease up to ``limit`` due outbox entries; with ``tools``, only calls of those
+        ``(agent, tool)`` pairs (the ones the worker has).
 
         First reconciles entries whose running lease expired: idempotent ones
         become pending again, the others ``unknown`` with an outcome-unknown

@@ -317,7 +317,9 @@ class PostgresBackend(BackendDefaults):
         result: list[Admission] = await self._write(job, size)
         return result
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+    ) -> list[Claim]:
         """Lease up to ``limit`` ready threads, best key first (SKIP LOCKED), the leases
         of dead workers included."""
         await self._beats_for(worker)
@@ -330,6 +332,7 @@ class PostgresBackend(BackendDefaults):
             "worker": worker,
             "expires": expires,
             "dead": self.dead_after_s,
+            "agents": agents,
         }
 
         def decode(rows: Rows, count: int) -> list[Claim]:
@@ -386,7 +389,9 @@ class PostgresBackend(BackendDefaults):
 
     # -- outbox ----------------------------------------------------------------------
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, worker: str, limit: int, lease_s: float, token: str, tools: list[str] | None
+    ) -> list[OutboxEntry]:
         """Reconcile expired running entries (and those of dead workers), then lease due
         pending ones."""
         await self._beats_for(worker)
@@ -400,6 +405,7 @@ class PostgresBackend(BackendDefaults):
             _result_key(now),
             inbox.UNKNOWN_OUTCOME,
             self.dead_after_s,
+            tools,
         )
 
         def decode(rows: Rows, count: int) -> list[OutboxEntry]:

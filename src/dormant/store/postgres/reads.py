@@ -10,7 +10,16 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...records import Claim, Input, Message, OutboxEntry, StoreStatus, Summary, Thread
+from ...records import (
+    READY_AGENTS_SHOWN,
+    Claim,
+    Input,
+    Message,
+    OutboxEntry,
+    StoreStatus,
+    Summary,
+    Thread,
+)
 from ..rows import THREAD_WIDTH, row_entry, row_input, row_message, row_summary, row_thread
 from . import sql
 from .driver import Conn, Rows, translate
@@ -133,8 +142,9 @@ class PgReads:
                         await conn.execute(sql.STATUS_MESSAGES),
                         await conn.execute(sql.SCHEMA_VERSION),
                         await conn.execute(sql.TABLE_BYTES),
+                        await conn.execute(sql.STATUS_READY_BY_AGENT, (now, now, READY_AGENTS_SHOWN)),
                     ]
-                by_status, ready, leased, backlog, outbox, messages, version, size = [
+                by_status, ready, leased, backlog, outbox, messages, version, size, by_agent = [
                     await c.fetchall() for c in cursors
                 ]
         except (psycopg.Error, PoolTimeout) as exc:
@@ -151,4 +161,5 @@ class PgReads:
             db_bytes=int(size[0][0]),
             wal_bytes=0,
             schema_version=int(version[0][0]),
+            ready_by_agent={str(a): int(n) for a, n in by_agent},
         )

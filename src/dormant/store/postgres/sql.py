@@ -16,7 +16,7 @@ COMMIT_SLICE = "SELECT dormant_commit_slice(%s::jsonb, %s::float8[], %s::float8)
 FINISH_OUTBOX = "SELECT held FROM dormant_finish_outbox(%s::jsonb, %s::float8, %s::float8) AS held"
 CLAIM_OUTBOX = (
     f"SELECT {OUTBOX_COLS} FROM dormant_claim_outbox(%s, %s::integer, %s, %s::float8, %s::float8, "
-    "%s::float8, %s, %s::float8)"
+    "%s::float8, %s, %s::float8, %s::text[])"
 )
 COMPLETE_CALL = (
     "SELECT r_input_id, r_duplicate FROM dormant_complete_call(%s, %s, %s, %s, %s::float8, %s::float8)"
@@ -32,6 +32,7 @@ WITH dead AS (
     SELECT id, ready_key FROM threads
     WHERE ready_key IS NOT NULL AND ready_at <= %(now)s
       AND (lease_expires <= %(now)s OR lease_owner IN (SELECT id FROM dead))
+      AND (%(agents)s::text[] IS NULL OR agent = ANY (%(agents)s::text[]))
     ORDER BY ready_key
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -172,6 +173,11 @@ LIST_OUTBOX = (
 STATUS_THREADS = "SELECT status, count(*) FROM threads GROUP BY status"
 STATUS_READY = "SELECT count(*) FROM threads WHERE ready_key IS NOT NULL AND ready_at <= %s"
 STATUS_LEASED = "SELECT count(*) FROM threads WHERE lease_token IS NOT NULL"
+STATUS_READY_BY_AGENT = """
+SELECT agent, count(*) AS n FROM threads
+WHERE ready_key IS NOT NULL AND ready_at <= %s AND lease_expires <= %s
+GROUP BY agent ORDER BY n DESC, agent LIMIT %s
+"""
 STATUS_BACKLOG = "SELECT priority, count(*) FROM inputs GROUP BY priority"
 STATUS_OUTBOX = "SELECT status, count(*) FROM outbox GROUP BY status"
 STATUS_MESSAGES = "SELECT count(*) FROM messages"

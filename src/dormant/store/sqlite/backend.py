@@ -28,9 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import apsw
+import msgspec
 
 from ...errors import SchemaError, StoreError, UsageError
 from ...records import (
+    READY_AGENTS_SHOWN,
     Admission,
     BlobRef,
     Claim,
@@ -349,14 +351,23 @@ class SQLiteBackend(BackendDefaults):
         )
         return result
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+    ) -> list[Claim]:
         """Lease up to ``limit`` ready threads."""
         await self._alive(worker)
 
         def job(conn: Conn) -> list[Claim]:
             now = self.clock()
             expires = now + lease_s
-            params = {"now": now, "limit": limit, "token": token, "worker": worker, "expires": expires}
+            params = {
+                "now": now,
+                "limit": limit,
+                "token": token,
+                "worker": worker,
+                "expires": expires,
+                "agents": None if agents is None else msgspec.json.encode(agents),
+            }
             rows = conn.execute(sql.CLAIM_THREADS, params).fetchall()
             return [
                 Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1], attempts=r[2])
@@ -387,11 +398,13 @@ class SQLiteBackend(BackendDefaults):
 
     # -- outbox ----------------------------------------------------------------------
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, worker: str, limit: int, lease_s: float, token: str, tools: list[str] | None
+    ) -> list[OutboxEntry]:
         """Reconcile expired running entries, then lease due pending ones."""
         await self._alive(worker)
         result: list[OutboxEntry] = await self._write(
-            lambda conn: outbox.claim(conn, worker, limit, lease_s, token, self.clock())
+            lambda conn: outbox.claim(conn, worker, limit, lease_s, token, self.clock(), tools)
         )
         return result
 
@@ -448,6 +461,7 @@ class SQLiteBackend(BackendDefaults):
             db_bytes=file_size(self._path),
             wal_bytes=file_size(self._path + "-wal" if self._path else None),
             schema_version=self._query(sql.GET_VERSION)[0][0],
+            ready_by_agent=dict(self._query(sql.READY_BY_AGENT, (now, now, READY_AGENTS_SHOWN))),
         )
 
     # -- blobs -----------------------------------------------------------------------

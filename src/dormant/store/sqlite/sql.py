@@ -66,6 +66,7 @@ UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = 
 WHERE id IN (
     SELECT id FROM threads
     WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
+      AND (:agents IS NULL OR agent IN (SELECT value FROM json_each(:agents)))
     ORDER BY ready_key LIMIT :limit)
 RETURNING id, agent, failures
 """
@@ -74,6 +75,7 @@ UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = :to
                   lease_owner = :worker, lease_expires = :expires
 WHERE id IN (
     SELECT id FROM outbox WHERE status = 'pending' AND available_at <= :now
+      AND (:tools IS NULL OR agent || char(31) || tool IN (SELECT value FROM json_each(:tools)))
     ORDER BY available_at LIMIT :limit)
 RETURNING {OUTBOX_COLS}
 """
@@ -252,6 +254,11 @@ SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <=
 THREADS_BY_STATUS = "SELECT status, COUNT(*) FROM threads GROUP BY status"
 THREADS_READY = "SELECT COUNT(*) FROM threads WHERE ready_key IS NOT NULL AND ready_at <= ?"
 THREADS_LEASED = "SELECT COUNT(*) FROM threads WHERE lease_token IS NOT NULL"
+READY_BY_AGENT = """
+SELECT agent, COUNT(*) AS n FROM threads
+WHERE ready_key IS NOT NULL AND ready_at <= ? AND lease_expires <= ?
+GROUP BY agent ORDER BY n DESC, agent LIMIT ?
+"""
 INPUTS_BY_PRIORITY = "SELECT priority, COUNT(*) FROM inputs GROUP BY priority"
 OUTBOX_BY_STATUS = "SELECT status, COUNT(*) FROM outbox GROUP BY status"
 MESSAGE_COUNT = "SELECT COUNT(*) FROM messages"
