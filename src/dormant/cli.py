@@ -594,6 +594,8 @@ def status(
 
         group("threads", s.threads_by_status, ["active", "failed"])
         table.add_row("ready / leased", f"{s.threads_ready:,} / {s.threads_leased:,}")
+        if s.ready_by_agent:  # a worker claims only its agents' threads: the others wait
+            table.add_row("waiting, by agent", ", ".join(f"{a} {n:,}" for a, n in s.ready_by_agent.items()))
         group("backlog", s.backlog_by_priority, ["P0", "P1", "P2"])
         group("outbox", s.outbox_by_status, ["pending", "running", "done", "dead", "unknown"])
         table.add_row("dead letters", Text(f"{s.dead_letters:,}", style="red" if s.dead_letters else ""))

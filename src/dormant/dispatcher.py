@@ -10,7 +10,9 @@ exponential backoff; a timeout is retried only for idempotent tools; any other
 exception becomes an error result the agent sees. After ``max_attempts`` the
 entry is dead-lettered and the agent receives an error result, so every call is
 answered exactly once. Entries found running with an expired lease are
-reconciled by the store (see ``Store.claim_outbox``).
+reconciled by the store (see ``Store.claim_outbox``); attempts are counted at
+claim, so an entry claimed more than ``max_attempts`` times (its runs killed or
+wedged their workers) is dead-lettered without running again.
 
 A result over the blob threshold is stored as a blob first
 (:func:`~dormant.blobs.stash`, within the tool's timeout): the result admitted is
@@ -80,6 +82,8 @@ class Dispatcher:
         self.blob_threshold = blob_threshold
         self.tool_threads = tool_threads
         self.wake = asyncio.Event()
+        #: the (agent, tool) pairs hosted here: only their calls are claimed
+        self.tools = tuple((a.name, name) for a in agents.values() for name in a.toolbox.names())
         timeouts = [t.timeout for a in agents.values() for t in a.tools] or [30.0]
         # a lease outlives the slowest call, so only a dead worker lets one expire
         self.lease_s = max(timeouts) + 30.0
@@ -103,7 +107,7 @@ class Dispatcher:
                 self.wake.clear()
                 free = self.concurrency - len(self._running)
                 try:
-                    entries = await self.store.claim_outbox(self.worker, free, self.lease_s)
+                    entries = await self.store.claim_outbox(self.worker, free, self.lease_s, tools=self.tools)
                 except SchemaError:
                     raise
                 except Exception as exc:  # the loop must outlive any store failure
@@ -181,6 +185,14 @@ class Dispatcher:
         spec = agent.toolbox.get(entry.tool) if agent else None
         if spec is None:
             return self._final(entry, f"error: no tool {entry.tool!r} for agent {entry.agent!r}", "dead")
+        if entry.attempts > self.max_attempts:
+            # the store counted this claim: the earlier runs ended without an outcome (their
+            # worker died or wedged, and the lease expired); never run a poison pill again
+            reason = (
+                f"the call was claimed {entry.attempts} times and its earlier {entry.attempts - 1} "
+                "runs ended without an outcome (did each kill its worker?)"
+            )
+            return self._final(entry, f"error: gave up: {reason}", "dead", error=reason)
         try:
             args = spec.parse(entry.arguments)
         except ValueError as exc:

@@ -162,6 +162,9 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     expires_at: float
     agent: str = ""  # the thread's agent (so a slice knows its view budget before loading)
+    #: slices of this thread claimed since its last commit, this one included (counted
+    #: at claim, so a worker that dies mid-slice counts too; 0: not counted)
+    attempts: int = 0
 
 
 class ViewLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -292,6 +295,10 @@ class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     next_cursor: str | None = None
 
 
+#: How many agents :attr:`StoreStatus.ready_by_agent` names at most.
+READY_AGENTS_SHOWN = 20
+
+
 class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Counts for ``dormant status``; every figure is a number, never a list."""
 
@@ -305,6 +312,10 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     db_bytes: int = 0
     wal_bytes: int = 0
     schema_version: int = 0
+    #: ready threads (claimable now) by agent, the :data:`READY_AGENTS_SHOWN` agents with
+    #: the most: a worker claims only its agents' threads, so an agent no running worker
+    #: hosts shows here while its threads wait
+    ready_by_agent: dict[str, int] = {}
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):

@@ -5,7 +5,10 @@ call the model (collected in a turn buffer) → run inline tools → loop (bound
 commit the plan in one transaction → forget. A failed slice commits nothing: its
 inputs stay pending and the thread is retried after a backoff; after
 ``model_retries`` failures in a row the thread is marked failed, with the reason in
-its ``error``, until ``dormant retry``.
+its ``error``, until ``dormant retry``. Attempts are counted when a slice is claimed
+(:attr:`~dormant.records.Claim.attempts`), so a slice that kills its worker counts
+too: a thread claimed more than ``model_retries + 1`` times without a commit is
+marked failed without running again (a poison pill never runs without bound).
 
 A store that cannot take the commit for now (locked by another process, full,
 overloaded) is not the thread's fault: the slice is retried later without counting a
@@ -96,11 +99,17 @@ async def tapped(
 
 
 def failures_of(claim: Claim, thread: Thread) -> int:
-    """This slice's failure number: the attempts the store counted when it was claimed,
-    when the claim carries them (a slice that killed its worker counts too), else the
-    thread's recorded failures plus this one."""
-    attempts = getattr(claim, "attempts", 0)  # counted at claim time by stores that do
-    return attempts if isinstance(attempts, int) and attempts > 0 else thread.failures + 1
+    """This slice's failure number: the attempts the store counted when it was claimed
+    (a slice that killed its worker counted too); for a claim made by hand, without
+    that count (``attempts`` 0), the thread's recorded failures plus this one."""
+    return claim.attempts if claim.attempts > 0 else thread.failures + 1
+
+
+def crashed_out(claim: Claim, model_retries: int) -> bool:
+    """Whether the thread was claimed more than ``model_retries + 1`` times without a
+    commit: the earlier slices did not even fail (their workers died, killed by the
+    slice, say), and this one must not run (a poison pill)."""
+    return claim.attempts > model_retries + 1
 
 
 class SliceRunner:
@@ -158,6 +167,9 @@ class SliceRunner:
         logs.bind(thread_id=claim.thread_id, slice_id=claim.token)  # on every record of this slice
         if self.governor is not None:
             self.governor.sample_if_due()  # a slice boundary
+        if crashed_out(claim, self.settings.model_retries):
+            await self._poisoned(claim)
+            return
         try:
             await self._slice(claim)
         except LeaseLost:
@@ -322,6 +334,23 @@ class SliceRunner:
             log.error(
                 "slice_release_failed",
                 extra={"thread_id": claim.thread_id, "error": f"{type(store_exc).__name__}: {store_exc}"},
+            )
+
+    async def _poisoned(self, claim: Claim) -> None:
+        """Mark failed, without running it, a thread whose slices keep ending without a
+        commit or a recorded failure (each killed its worker)."""
+        self.stats.slice_failures += 1
+        reason = (
+            f"PoisonPill: {claim.attempts - 1} slices of this thread ended without a commit or "
+            "a recorded failure (did each kill its worker?); not run again until dormant retry"
+        )
+        log.error("slice_poisoned", extra={"thread_id": claim.thread_id, "attempts": claim.attempts})
+        try:
+            await self.store.release(claim, error=reason, fail=True)
+        except Exception as exc:  # the lease expires; the next claim tries again
+            log.error(
+                "slice_release_failed",
+                extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
             )
 
     async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:

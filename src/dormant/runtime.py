@@ -85,6 +85,7 @@ class Runtime:
             concurrency=self.settings.concurrency,
             lease_s=self.settings.lease_s,
             poll_s=self.settings.poll_s,
+            agents=tuple(self.agents),
         )
         self.dispatcher = Dispatcher(
             self.store,
@@ -253,7 +254,7 @@ class Runtime:
                     await asyncio.sleep(0.005)
                     if self.scheduler.active or self.dispatcher.active:
                         continue
-                    if not await self.store.has_work():
+                    if not await self.store.has_work(list(self.agents)):
                         break
         finally:
             self.stop()

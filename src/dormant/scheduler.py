@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from .errors import SchemaError
 from .records import Claim
@@ -54,8 +54,11 @@ class Scheduler:
         concurrency: int,
         lease_s: float,
         poll_s: float,
+        agents: Collection[str] | None = None,
     ) -> None:
         self.store = store
+        #: the agents hosted here: only their threads are claimed (None: any)
+        self.agents = None if agents is None else tuple(agents)
         self.run_slice = run_slice
         self.worker = worker
         self.concurrency = concurrency
@@ -114,7 +117,9 @@ class Scheduler:
                 asked = time.monotonic()  # the lease runs from before the claim, at the latest
                 if free > 0:
                     try:
-                        claims = await self.store.claim_threads(self.worker, free, self.lease_s)
+                        claims = await self.store.claim_threads(
+                            self.worker, free, self.lease_s, agents=self.agents
+                        )
                     except SchemaError:
                         raise
                     except Exception as exc:  # the loop must outlive any store failure

@@ -310,6 +310,10 @@ class ToolBox:
     def __len__(self) -> int:
         return len(self._by_name)
 
+    def names(self) -> tuple[str, ...]:
+        """The names of the tools, in the order given."""
+        return tuple(self._by_name)
+
 
 def file_output(path: str | os.PathLike[str], *, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
     """A file's bytes as a stream for a tool to return: read in ``chunk_bytes`` pieces,

@@ -191,8 +191,9 @@ def test_retry_unknown_thread(cli: Cli) -> None:
     assert_usage_error(cli("show", "nobody"), "nobody")
 
 
-def test_failed_thread_then_retry(cli: Cli, tmp_path: Path) -> None:
-    # a thread created for an agent the next `run` does not host fails at once
+def test_a_thread_waits_for_a_worker_that_hosts_its_agent(cli: Cli, tmp_path: Path) -> None:
+    # issue 12.6: a `run` that does not host a thread's agent leaves it alone (it neither
+    # fails it nor waits for it to become idle); status shows it waiting, by agent
     (tmp_path / "agents_app.py").write_text(
         "from dormant import Agent\n"
         "from dormant.models import echo_model\n"
@@ -201,9 +202,9 @@ def test_failed_thread_then_retry(cli: Cli, tmp_path: Path) -> None:
     )
     cli.ok("send", "f", "hi", "--app", "agents_app:agents")
     cli.ok("run", "--until-idle")
-    assert json.loads(cli.ok("status", "--json"))["threads_by_status"] == {"failed": 1}
-    assert "failed" in cli.ok("show", "f")
-    assert "active again" in cli.ok("retry", "f")
+    status = json.loads(cli.ok("status", "--json"))
+    assert status["threads_by_status"] == {"active": 1}
+    assert status["ready_by_agent"] == {"other": 1}
     cli.ok("run", "--until-idle", "--app", "agents_app:agents")
     assert "echo: hi" in cli.ok("show", "f")
 

@@ -79,3 +79,16 @@ def test_store_errors_never_show_the_password(secret_url: str, tmp_path: Path) -
     assert result.returncode != 0 and result.stderr.startswith("error: "), result.stderr
     assert "no schema" in result.stderr
     assert SECRET not in result.stdout + result.stderr
+
+
+async def test_the_store_itself_never_puts_the_password_in_its_errors(secret_url: str) -> None:
+    """Not only what the CLI prints (it scrubs): the store's own error text (a library
+    caller logs it as it is)."""
+    from dormant.errors import DormantError
+    from dormant.store.postgres import PostgresStore
+
+    store = PostgresStore(with_schema(secret_url, "no_such_schema_here"), pool_size=1)
+    with pytest.raises(DormantError) as caught:
+        await store.open()
+    assert "no schema" in str(caught.value)
+    assert SECRET not in str(caught.value)

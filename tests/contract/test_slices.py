@@ -582,6 +582,24 @@ async def test_release_without_error_keeps_the_failure_count(store: Store) -> No
     assert await ready_ids(store) == ["t1"]
 
 
+async def test_attempts_are_counted_at_claim_so_a_lapsed_lease_counts(store: Store, clock: FakeClock) -> None:
+    """Issue 12.1: a slice that kills its worker never releases; its claim still counted."""
+    await store.admit([user("t1", "k1")])
+    counts = []
+    for _ in range(3):
+        c = await claim(store, "t1")
+        counts.append((c.attempts, (await store.get_thread("t1")).failures))
+        clock.advance(LEASE + 1)  # the worker died: no release, no commit
+    assert counts == [(1, 1), (2, 2), (3, 3)]
+    c, load = await take(store, "t1")
+    assert c.attempts == 4
+    await store.commit_slice(plan(c, load))
+    assert (await store.get_thread("t1")).failures == 0, "a commit resets the count"
+    await store.admit([user("t1", "k2")])
+    c = await claim(store, "t1")
+    assert c.attempts == 1
+
+
 async def test_fail_marks_the_thread_failed_until_retried(store: Store, clock: FakeClock) -> None:
     await store.admit([user("t1", "k1")])
     c, _ = await take(store, "t1")
@@ -617,7 +635,9 @@ async def test_release_with_a_stale_token_changes_nothing(store: Store, clock: F
     new = await claim(store, "t1", worker="w2")
     await store.release(old, error="late", fail=True)
     thread = await store.get_thread("t1")
-    assert (thread.status, thread.failures) == ("active", 0)
+    # two claims without a commit: the lapsed one counts (its worker may have died)
+    assert (thread.status, thread.failures, thread.error) == ("active", 2, None)
+    assert new.attempts == 2
     assert await store.renew_leases([new], LEASE) != []
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import apsw
@@ -186,13 +186,22 @@ class FlakyStore(SQLiteStore):
             raise StoreLocked(f"{name}: locked")
         raise StoreFull(f"{name}: full")
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+    ) -> list[Claim]:
         self._maybe_fail("claim_threads")
-        return await super().claim_threads(worker, limit, lease_s)
+        return await super().claim_threads(worker, limit, lease_s, agents=agents)
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        *,
+        tools: Collection[tuple[str, str]] | None = None,
+    ) -> list[OutboxEntry]:
         self._maybe_fail("claim_outbox")
-        return await super().claim_outbox(worker, limit, lease_s)
+        return await super().claim_outbox(worker, limit, lease_s, tools=tools)
 
     async def commit_slice(self, plan: CommitPlan) -> None:
         self._maybe_fail("commit_slice", bugs=False)  # a bug here would count as the thread's failure

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from dormant.errors import StoreLocked
 from dormant.records import Claim, CommitPlan, NewInput, SliceLoad, ViewLimits
@@ -203,10 +203,12 @@ async def test_a_slice_whose_lease_ran_out_unrenewed_is_cancelled() -> None:
     class NoReclaim(LockedRenewals):
         claimed = False
 
-        async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
+        async def claim_threads(
+            self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+        ) -> list[Claim]:
             if self.claimed:
                 return []
-            claims = await super().claim_threads(worker, limit, lease_s)
+            claims = await super().claim_threads(worker, limit, lease_s, agents=agents)
             self.claimed = bool(claims)
             return claims
 

@@ -20,7 +20,9 @@ runs never admit the last wave (they wait to be killed instead), so however fast
 the machine, no run can finish before its kill; the final run does it. Recovery time = process start
 → its first committed slice, measured on every run that got that far; it includes
 the interpreter's start and, when the dead worker held every ready thread, the
-wait for its leases to expire (``lease_s``).
+wait for its leases to expire (``lease_s``). Resume time = kill → every thread the
+killed worker held claimed again (:mod:`dormant.bench.chaos_resume`): with the worker
+lock files of the SQLite store it does not wait for the leases.
 
 The suite runs it small (``tests/faults/test_kill9.py``); the bench runs it big.
 """
@@ -43,6 +45,7 @@ from typing import Any
 import apsw
 
 from .chaos_check import ChaosCounts, verify
+from .chaos_resume import ResumeWatch
 from .chaos_worker import expected_messages
 
 #: Longest a kill waits for its progress target before killing anyway.
@@ -119,6 +122,7 @@ class Chaos:
         self.runs: list[RunRecord] = []
         self.modes = self._schedule()
         self._proc: subprocess.Popen[str] | None = None  # the worker running now
+        self.resume = ResumeWatch(self.db)
 
     def _schedule(self) -> list[str]:
         """The kind of each kill, shuffled: exact shares of "ack" and "early" kills."""
@@ -210,6 +214,7 @@ class Chaos:
         last, moved = before, time.monotonic()
         stalled = False
         while proc.poll() is None and time.monotonic() < deadline:
+            self.resume.poll()
             now = progress(self.db)
             if now != last:
                 last, moved = now, time.monotonic()
@@ -231,6 +236,7 @@ class Chaos:
             killed = proc.returncode == -signal.SIGKILL  # it killed itself: an "ack" kill
             self._finish(proc, started, killed=killed, mode=mode, before=before)
             return None if killed else f"the worker ended by itself (exit {proc.returncode})"
+        self.resume.before_kill()
         os.kill(proc.pid, signal.SIGKILL)
         self._finish(proc, started, killed=True, mode=mode, before=before)
         if stalled:
@@ -265,9 +271,11 @@ class Chaos:
                     f"kill {kills}/{config.kills}: {progress(self.db):,}/{self.total:,} messages committed"
                 )
         proc, started = self._start(hold=False)
-        try:
-            proc.wait(timeout=config.final_timeout_s)
-        except subprocess.TimeoutExpired:
+        ends = time.monotonic() + config.final_timeout_s
+        while proc.poll() is None and time.monotonic() < ends:
+            self.resume.poll()
+            time.sleep(0.002)
+        if proc.poll() is None:
             proc.kill()
             problems.append(f"the final run did not finish within {config.final_timeout_s:g}s")
         before = self.runs[-1].messages_after if self.runs else 0
@@ -306,6 +314,11 @@ class Chaos:
             "recovery_p50_ms": _percentile(recoveries, 50),
             "recovery_p95_ms": _percentile(recoveries, 95),
             "recovery_max_ms": round(max(recoveries), 1) if recoveries else None,
+            "resume_samples": len(self.resume.samples),
+            "resume_censored": self.resume.censored,
+            "resume_p50_ms": _percentile(self.resume.samples, 50),
+            "resume_p95_ms": _percentile(self.resume.samples, 95),
+            "resume_max_ms": round(max(self.resume.samples), 1) if self.resume.samples else None,
             "wall_s": round(wall_s, 1),
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.config).items()},
             "passed": passed,

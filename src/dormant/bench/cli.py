@@ -302,7 +302,9 @@ def chaos(
     if summary["passed"]:
         console.print(
             f"PASS: {summary['kills']} kills survived, {summary['inputs']:,} inputs verified, "
-            f"recovery p50 {summary['recovery_p50_ms']} ms / p95 {summary['recovery_p95_ms']} ms",
+            f"recovery p50 {summary['recovery_p50_ms']} ms / p95 {summary['recovery_p95_ms']} ms, "
+            f"kill → in-flight threads resumed p50 {summary['resume_p50_ms']} ms / "
+            f"p95 {summary['resume_p95_ms']} ms",
             soft_wrap=True,
         )
         return

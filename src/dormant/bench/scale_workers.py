@@ -3,7 +3,8 @@
 The benchmark process only drives the workload: it admits exactly the inputs of
 :mod:`dormant.bench.scale` (waves of agents, one user text per agent and turn) and
 waits until the store is idle. N worker processes, each an ordinary runtime on the
-same store (``python -m dormant.bench.scale_workers worker '<json>'``), do the work.
+same store (``python -m dormant.bench.scale_workers worker '<json>'``, the store URL
+in the environment variable ``DORMANT_BENCH_WORKER_STORE``, never in argv), do the work.
 After each wave every worker collects garbage, trims its heap and reports its RSS
 (asked with SIGUSR1), so the figures are RSS *per worker process*.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import os
 import shutil
 import signal
 import statistics
@@ -35,11 +37,15 @@ from .scale import (
     turn_inputs,
 )
 
+#: the environment variable a worker process reads its store URL from (argv is public)
+URL_ENV = "DORMANT_BENCH_WORKER_STORE"
+
 
 async def worker(args: dict[str, Any]) -> None:
     """One worker: run the runtime until SIGTERM; answer SIGUSR1 with ``rss BYTES``."""
+    url = os.environ[URL_ENV]  # never in argv, where ps shows a password
     settings = Settings.build(
-        store=args["url"],
+        store=url,
         concurrency=args["concurrency"],
         tool_concurrency=args["concurrency"],
         poll_s=0.05,
@@ -49,7 +55,7 @@ async def worker(args: dict[str, Any]) -> None:
         compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
         worker_id=args["worker_id"],
     )
-    async with Runtime(args["url"], [make_agent()], settings=settings) as rt:
+    async with Runtime(url, [make_agent()], settings=settings) as rt:
         loop = asyncio.get_running_loop()
 
         def report() -> None:
@@ -119,7 +125,6 @@ async def run_workers_scale(
     try:
         for n in range(workers):
             args = {
-                "url": url,
                 "concurrency": concurrency,
                 "worker_id": f"bench-worker-{n}",
                 "view_messages": view_messages,
@@ -132,6 +137,7 @@ async def run_workers_scale(
                 "dormant.bench.scale_workers",
                 "worker",
                 json.dumps(args),
+                env={**os.environ, URL_ENV: url},
                 stdout=asyncio.subprocess.PIPE,
                 stdin=asyncio.subprocess.DEVNULL,
             )

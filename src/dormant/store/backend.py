@@ -149,9 +149,12 @@ class Backend(Protocol):
         """
         ...
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
-        """Lease up to ``limit`` (>= 1) ready threads whose lease expired, best ready key
-        first, all with ``token``, until now + ``lease_s``."""
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` (>= 1) ready threads whose lease expired (of ``agents``
+        only, unless None), best ready key first, all with ``token``, until now +
+        ``lease_s``; each thread's failures + 1, the new count as the claim's ``attempts``."""
         ...
 
     async def apply_plan(self, plan: CommitPlan) -> None:
@@ -169,7 +172,8 @@ class Backend(Protocol):
 
     async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
         """Clear the lease if ``claim`` still holds it: claimable again at ``retry_at``;
-        with ``error`` failures + 1 and the error kept; with ``fail`` status ``failed``
+        with ``error`` the error kept (the claim counted the failure), without one
+        failures - 1 (never below 0: the attempt is given back); with ``fail`` status ``failed``
         (and not ready)."""
         ...
 
@@ -179,11 +183,15 @@ class Backend(Protocol):
 
     # -- outbox ----------------------------------------------------------------------
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, worker: str, limit: int, lease_s: float, token: str, tools: list[str] | None
+    ) -> list[OutboxEntry]:
         """Reconcile expired running entries (idempotent: pending again; others:
         ``unknown`` with :func:`dormant.store.core.result_input` of
-        :data:`dormant.inbox.UNKNOWN_OUTCOME` admitted), then, if ``limit`` > 0, lease
-        up to ``limit`` due pending entries (attempts + 1) with ``token``; by id."""
+        :data:`dormant.inbox.UNKNOWN_OUTCOME` admitted; whatever their tool), then, if
+        ``limit`` > 0, lease up to ``limit`` due pending entries (attempts + 1) with
+        ``token``, only those whose :func:`dormant.store.core.tool_key` is in ``tools``
+        unless None; by id."""
         ...
 
     async def complete_call(self, item: NewInput) -> Admission:
@@ -219,8 +227,9 @@ class Backend(Protocol):
         """Up to ``limit`` outbox entries (of ``status`` if given) with id > ``after``, by id."""
         ...
 
-    async def has_work(self) -> bool:
-        """Any ready input now, any leased thread or any pending/running call."""
+    async def has_work(self, agents: list[str] | None = None) -> bool:
+        """Any ready input now (only in threads of ``agents`` when given), any leased
+        thread or any pending/running call."""
         ...
 
     async def status(self) -> StoreStatus:

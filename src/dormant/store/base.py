@@ -10,7 +10,7 @@ nothing is acknowledged before it is durable.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..records import (
@@ -111,8 +111,17 @@ class Store(Protocol):
         """
         ...
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
-        """Lease up to ``limit`` threads with ready input, best key first."""
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` threads with ready input, best key first; with ``agents``,
+        only threads of those agents (the ones the worker hosts: a thread no worker can
+        serve waits, see ``StoreStatus.ready_by_agent``).
+
+        Each claim counts an attempt: the thread's failure count grows by one, and the
+        claim carries the new count (:attr:`~dormant.records.Claim.attempts`); a commit
+        resets it, a release without an error gives the attempt back. A worker that dies
+        mid-slice so leaves its attempt counted."""
         ...
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
@@ -131,8 +140,9 @@ class Store(Protocol):
     ) -> None:
         """Give a lease back without a commit (the slice failed).
 
-        The thread is not claimable before ``retry_at``; with ``error`` its failure
-        count grows; with ``fail`` it is marked failed until retried.
+        The thread is not claimable before ``retry_at``; with ``error`` the attempt the
+        claim counted stays a failure, without one it is given back; with ``fail`` the
+        thread is marked failed until retried.
         """
         ...
 
@@ -144,8 +154,16 @@ class Store(Protocol):
         """Make a failed thread active again (failure count reset)."""
         ...
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float) -> list[OutboxEntry]:
-        """Lease up to ``limit`` due outbox entries.
+    async def claim_outbox(
+        self,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        *,
+        tools: Collection[tuple[str, str]] | None = None,
+    ) -> list[OutboxEntry]:
+        """Lease up to ``limit`` due outbox entries; with ``tools``, only calls of those
+        ``(agent, tool)`` pairs (the ones the worker has).
 
         First reconciles entries whose running lease expired: idempotent ones
         become pending again, the others ``unknown`` with an outcome-unknown
@@ -192,8 +210,9 @@ class Store(Protocol):
         """One page of outbox entries (optionally of one status) ordered by id."""
         ...
 
-    async def has_work(self) -> bool:
-        """Whether any input is ready now, any slice is leased or any call is open."""
+    async def has_work(self, agents: Sequence[str] | None = None) -> bool:
+        """Whether any input is ready now (in a thread of one of ``agents``, when given:
+        a runtime waits only for work it can do), any slice is leased or any call is open."""
         ...
 
     async def status(self, tenant: str | None = None) -> StoreStatus:

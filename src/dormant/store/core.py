@@ -12,7 +12,7 @@ backend only moves rows.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -63,6 +63,12 @@ def result_input(thread_id: str, call_id: str, tool: str | None, content: str, i
         tool_name=tool,
         is_error=is_error,
     )
+
+
+def tool_key(agent: str, tool: str) -> str:
+    """How a backend matches an outbox call's ``(agent, tool)`` with a worker's tools:
+    ``agent + "\x1f" + tool`` (no name holds a unit separator)."""
+    return f"{agent}\x1f{tool}"
 
 
 #: Stored before the dedup key of every input admitted from outside (:meth:`StoreCore.admit`
@@ -247,11 +253,15 @@ class StoreCore:
             for a, item in zip(admitted, items, strict=True)
         ]
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
-        """Lease up to ``limit`` ready threads (one token for the batch)."""
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` ready threads (one token for the batch), of ``agents`` only
+        when given."""
         if limit <= 0:
             return []
-        return await self.backend.claim_threads(worker, limit, lease_s, secrets.token_hex(8))
+        hosted = None if agents is None else sorted(set(agents))
+        return await self.backend.claim_threads(worker, limit, lease_s, secrets.token_hex(8), hosted)
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
         """The claimed thread's row, bounded view and ready inputs (cut by bytes)."""
@@ -294,9 +304,18 @@ class StoreCore:
 
     # -- outbox ----------------------------------------------------------------------
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float) -> list[OutboxEntry]:
-        """Reconcile expired calls, then lease up to ``limit`` due ones."""
-        return await self.backend.claim_outbox(worker, max(0, limit), lease_s, secrets.token_hex(8))
+    async def claim_outbox(
+        self,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        *,
+        tools: Collection[tuple[str, str]] | None = None,
+    ) -> list[OutboxEntry]:
+        """Reconcile expired calls, then lease up to ``limit`` due ones (of the ``(agent,
+        tool)`` pairs of ``tools`` only, when given)."""
+        hosted = None if tools is None else sorted({tool_key(agent, tool) for agent, tool in tools})
+        return await self.backend.claim_outbox(worker, max(0, limit), lease_s, secrets.token_hex(8), hosted)
 
     async def complete_call(
         self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
@@ -364,9 +383,9 @@ class StoreCore:
         items = tuple(rows[:limit])
         return Page(items=items, next_cursor=str(items[-1].id) if len(rows) > limit and items else None)
 
-    async def has_work(self) -> bool:
-        """Ready input, a leased thread or an open call."""
-        return await self.backend.has_work()
+    async def has_work(self, agents: Sequence[str] | None = None) -> bool:
+        """Ready input (in threads of ``agents``, when given), a leased thread or an open call."""
+        return await self.backend.has_work(None if agents is None else sorted(agents))
 
     async def status(self, tenant: str | None = None) -> StoreStatus:
         """Counts and sizes for ``dormant status``; with ``tenant``, only that tenant's

@@ -37,6 +37,7 @@ from ...records import (
     Tenant,
     Thread,
 )
+from ...urls import redact, scrub
 from ..backend import BackendDefaults
 from ..core import result_input
 from ..rows import row_entry, row_key, row_live_key, row_tenant, row_thread
@@ -174,7 +175,9 @@ class PostgresBackend(BackendDefaults):
                 await pool.open(wait=True, timeout=self.connect_timeout_s)
             except PoolTimeout as exc:
                 await pool.close()
-                raise StoreError(f"cannot open connections to PostgreSQL at {self.url!r}: {exc}") from exc
+                raise StoreError(
+                    f"cannot open connections to PostgreSQL at {redact(self.url)!r}: {scrub(str(exc))}"
+                ) from exc
         except BaseException:
             await conn.close()
             raise
@@ -356,7 +359,9 @@ class PostgresBackend(BackendDefaults):
         result: list[Admission] = await self._write(job, size)
         return result
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+    ) -> list[Claim]:
         """Lease up to ``limit`` ready threads, best key first (SKIP LOCKED), the leases
         of dead workers included."""
         await self._beats_for(worker)
@@ -369,11 +374,15 @@ class PostgresBackend(BackendDefaults):
             "worker": worker,
             "expires": expires,
             "dead": self.dead_after_s,
+            "agents": agents,
         }
 
         def decode(rows: Rows, count: int) -> list[Claim]:
             ordered = sorted(rows, key=lambda r: (r[1], r[0]))
-            return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[2]) for r in ordered]
+            return [
+                Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[2], attempts=r[3])
+                for r in ordered
+            ]
 
         result: list[Claim] = await self._write(Job(sql.CLAIM_THREADS, params, decode))
         return result
@@ -398,7 +407,7 @@ class PostgresBackend(BackendDefaults):
         """Clear the lease if ``claim`` still holds it."""
         params = {
             "retry_at": retry_at,
-            "inc": 1 if error else 0,
+            "inc": 0 if error else -1,
             "error": clean_text(error),
             "fail": fail,
             "now": self.clock(),
@@ -422,7 +431,9 @@ class PostgresBackend(BackendDefaults):
 
     # -- outbox ----------------------------------------------------------------------
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, worker: str, limit: int, lease_s: float, token: str, tools: list[str] | None
+    ) -> list[OutboxEntry]:
         """Reconcile expired running entries (and those of dead workers), then lease due
         pending ones."""
         await self._beats_for(worker)
@@ -436,6 +447,7 @@ class PostgresBackend(BackendDefaults):
             _result_key(now),
             inbox.UNKNOWN_OUTCOME,
             self.dead_after_s,
+            tools,
         )
 
         def decode(rows: Rows, count: int) -> list[OutboxEntry]:

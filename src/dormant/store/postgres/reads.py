@@ -10,7 +10,16 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...records import Claim, Input, Message, OutboxEntry, StoreStatus, Summary, Thread
+from ...records import (
+    READY_AGENTS_SHOWN,
+    Claim,
+    Input,
+    Message,
+    OutboxEntry,
+    StoreStatus,
+    Summary,
+    Thread,
+)
 from ..rows import THREAD_WIDTH, row_entry, row_input, row_message, row_summary, row_thread
 from . import sql
 from .driver import Conn, Rows, translate
@@ -119,9 +128,9 @@ class PgReads:
         """Outbox entries (of ``status``) with id > ``after``, by id."""
         return [row_entry(r) for r in await self.rows(sql.LIST_OUTBOX, (after, status, status, limit))]
 
-    async def has_work(self) -> bool:
-        """Ready input, a leased thread, or an open outbox entry."""
-        rows = await self.rows(sql.HAS_WORK, {"now": self.clock()})
+    async def has_work(self, agents: list[str] | None = None) -> bool:
+        """Ready input (of ``agents``' threads, when given), a leased thread, or an open call."""
+        rows = await self.rows(sql.HAS_WORK, {"now": self.clock(), "agents": agents})
         return bool(rows[0][0])
 
     async def status(self) -> StoreStatus:
@@ -145,6 +154,7 @@ class PgReads:
                 (sql.STATUS_MESSAGES, ()),
                 (sql.SCHEMA_VERSION, ()),
                 (sql.TABLE_BYTES, ()),
+                (sql.STATUS_READY_BY_AGENT, (now, now, READY_AGENTS_SHOWN)),
             ]
         else:
             statements = [
@@ -161,11 +171,11 @@ class PgReads:
             async with self._reads().connection() as conn:
                 async with conn.pipeline():
                     cursors = [await conn.execute(q, p) for q, p in statements]
-                by_status, ready, leased, backlog, outbox, messages, version, size = [
-                    await c.fetchall() for c in cursors
-                ]
+                rows = [await c.fetchall() for c in cursors]
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
+        by_status, ready, leased, backlog, outbox, messages, version, size = rows[:8]
+        by_agent = rows[8] if len(rows) > 8 else []
         counts = {str(s): int(n) for s, n in outbox}
         return StoreStatus(
             threads_by_status={str(s): int(n) for s, n in by_status},
@@ -178,4 +188,5 @@ class PgReads:
             db_bytes=int(size[0][0]),
             wal_bytes=0,
             schema_version=int(version[0][0]),
+            ready_by_agent={str(a): int(n) for a, n in by_agent},
         )

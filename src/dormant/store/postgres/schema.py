@@ -9,6 +9,7 @@ from __future__ import annotations
 import psycopg
 
 from ...errors import UsageError
+from ...urls import redact
 from ..migrations import Schema, load_schema, migrate
 from . import sql
 from .driver import Conn, translate
@@ -48,7 +49,7 @@ async def migrate_schema(conn: Conn, url: str) -> str:
         schema = (await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone() or (None,))[0]
         if schema is None:
             raise UsageError(
-                f"no schema of the search_path of {url!r} exists; create it first "
+                f"no schema of the search_path of {redact(url)!r} exists; create it first "
                 "(CREATE SCHEMA ...) or fix the options=-csearch_path=... of the URL"
             )
         async with conn.transaction():

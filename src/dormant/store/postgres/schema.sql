@@ -382,11 +382,13 @@ $$;
 -- Reconcile running entries whose lease expired or whose worker stopped heartbeating
 -- more than p_dead seconds ago by the database clock (idempotent: pending again;
 -- others: 'unknown' with p_unknown admitted as their error result), then lease due
--- entries. Locks are skipped, not waited for: another worker may be doing the same.
+-- entries, only those whose agent || chr(31) || tool is in p_tools (unless NULL: a
+-- worker claims only the calls of tools it has). Locks are skipped, not waited for:
+-- another worker may be doing the same.
 CREATE FUNCTION dormant_claim_outbox(
     p_worker text, p_limit integer, p_token text, p_now double precision,
     p_expires double precision, p_result_key double precision, p_unknown text,
-    p_dead double precision
+    p_dead double precision, p_tools text[]
 ) RETURNS SETOF outbox LANGUAGE plpgsql AS $$
 DECLARE
     r record;
@@ -420,6 +422,7 @@ BEGIN
     WITH picked AS (
         SELECT o.id FROM outbox o
         WHERE o.status = 'pending' AND o.available_at <= p_now
+          AND (p_tools IS NULL OR o.agent || chr(31) || o.tool = ANY (p_tools))
         ORDER BY o.available_at, o.id LIMIT p_limit
         FOR NO KEY UPDATE SKIP LOCKED
     )

@@ -16,7 +16,7 @@ COMMIT_SLICE = "SELECT dormant_commit_slice(%s::jsonb, %s::float8[], %s::float8)
 FINISH_OUTBOX = "SELECT held FROM dormant_finish_outbox(%s::jsonb, %s::float8, %s::float8) AS held"
 CLAIM_OUTBOX = (
     f"SELECT {OUTBOX_COLS} FROM dormant_claim_outbox(%s, %s::integer, %s, %s::float8, %s::float8, "
-    "%s::float8, %s, %s::float8)"
+    "%s::float8, %s, %s::float8, %s::text[])"
 )
 COMPLETE_CALL = (
     "SELECT r_input_id, r_duplicate FROM dormant_complete_call(%s, %s, %s, %s, %s::float8, %s::float8)"
@@ -32,13 +32,15 @@ WITH dead AS (
     SELECT id, ready_key FROM threads
     WHERE ready_key IS NOT NULL AND ready_at <= %(now)s
       AND (lease_expires <= %(now)s OR lease_owner IN (SELECT id FROM dead))
+      AND (%(agents)s::text[] IS NULL OR agent = ANY (%(agents)s::text[]))
     ORDER BY ready_key
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
 )
-UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s
+UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s,
+    failures = t.failures + 1
 FROM picked WHERE t.id = picked.id
-RETURNING t.id, picked.ready_key, t.agent
+RETURNING t.id, picked.ready_key, t.agent, t.failures
 """
 RENEW_LEASES = """
 UPDATE threads t SET lease_expires = %s
@@ -46,10 +48,11 @@ FROM unnest(%s::text[], %s::text[]) AS c (id, token)
 WHERE t.id = c.id AND t.lease_token = c.token
 RETURNING t.id
 """
-# A failed thread is not ready (ready_key NULL) until retry_thread recomputes it.
+# A failed thread is not ready (ready_key NULL) until retry_thread recomputes it. The
+# claim counted an attempt (failures + 1); a release without an error gives it back.
 RELEASE = """
 UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = %(retry_at)s,
-    failures = failures + %(inc)s, error = coalesce(%(error)s, error),
+    failures = greatest(0, failures + %(inc)s), error = coalesce(%(error)s, error),
     status = CASE WHEN %(fail)s THEN 'failed' ELSE status END, updated_at = %(now)s,
     ready_key = CASE WHEN %(fail)s THEN NULL ELSE ready_key END,
     ready_at = CASE WHEN %(fail)s THEN NULL ELSE ready_at END
@@ -112,7 +115,8 @@ SUMMARY_INHERITED = (
 )
 PARENT_OF = "SELECT parent_id, parent_seq FROM threads WHERE id = %s"
 HAS_WORK = """
-SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <= %(now)s)
+SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <= %(now)s
+                 AND (%(agents)s::text[] IS NULL OR agent = ANY (%(agents)s::text[])))
     OR EXISTS (SELECT 1 FROM threads WHERE lease_token IS NOT NULL)
     OR EXISTS (SELECT 1 FROM outbox WHERE status IN ('pending', 'running'))
 """
@@ -170,6 +174,11 @@ LIST_OUTBOX = (
 STATUS_THREADS = "SELECT status, count(*) FROM threads GROUP BY status"
 STATUS_READY = "SELECT count(*) FROM threads WHERE ready_key IS NOT NULL AND ready_at <= %s"
 STATUS_LEASED = "SELECT count(*) FROM threads WHERE lease_token IS NOT NULL"
+STATUS_READY_BY_AGENT = """
+SELECT agent, count(*) AS n FROM threads
+WHERE ready_key IS NOT NULL AND ready_at <= %s AND lease_expires <= %s
+GROUP BY agent ORDER BY n DESC, agent LIMIT %s
+"""
 STATUS_BACKLOG = "SELECT priority, count(*) FROM inputs GROUP BY priority"
 STATUS_OUTBOX = "SELECT status, count(*) FROM outbox GROUP BY status"
 STATUS_MESSAGES = "SELECT count(*) FROM messages"

@@ -21,6 +21,7 @@ statement (:mod:`~dormant.store.sqlite.reader`). The statements live in
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
@@ -28,9 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import apsw
+import msgspec
 
 from ...errors import SchemaError, StoreError, UsageError
 from ...records import (
+    READY_AGENTS_SHOWN,
     Admission,
     ApiKey,
     BlobRef,
@@ -57,6 +60,7 @@ from .connect import (
     path_from_url,
     translate,
 )
+from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader
 from .writer import Conn, GroupWriter, Job
 
@@ -71,6 +75,11 @@ WRITER_CACHE_KIB = 8192
 #: nothing; left at the default it filled up slowly as the threads table grew
 #: (has_work scans it), which showed as RSS creeping with the number of agents.
 READER_CACHE_KIB = 256
+#: How often claims look for dead workers' lock files (see owners.py): what a kill -9
+#: costs the threads its worker held, at most (plus a poll), instead of a whole lease.
+RECOVER_EVERY_S = 0.25
+
+log = logging.getLogger("dormant.store")
 
 
 class SQLiteBackend(BackendDefaults):
@@ -115,6 +124,9 @@ class SQLiteBackend(BackendDefaults):
         self._closing = False
         self._batches = ClaimBatches()
         self.blobs = SQLiteBlobs(self._write, self._read, clock)
+        # the lock files that prove workers of this file alive (files only)
+        self._locks = WorkerLocks(self._path) if self._path is not None else None
+        self._next_recovery = 0.0
 
     # -- abilities -------------------------------------------------------------------
 
@@ -223,6 +235,7 @@ class SQLiteBackend(BackendDefaults):
             queue_bytes=self.queue_bytes,
         )
         await self.blobs.sweep()  # what puts that never finished left more than an hour ago
+        await self.recover()  # the leases of workers that died before this open
 
     def _damaged(self, exc: SchemaError) -> SchemaError:
         """``exc``, reworded to say what to do when the file itself is damaged."""
@@ -257,6 +270,8 @@ class SQLiteBackend(BackendDefaults):
         self._closing = True
         await self._writer_queue.close()
         self._writer_queue = None
+        if self._locks is not None:
+            self._locks.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -264,6 +279,30 @@ class SQLiteBackend(BackendDefaults):
             conn.close()
         self._reader = self._writer = None
         self._batches.clear()
+
+    # -- dead workers (issue 12.7) ----------------------------------------------------
+
+    async def _alive(self, worker: str) -> None:
+        """Hold ``worker``'s lock file (before it holds a lease) and, at most every
+        :data:`RECOVER_EVERY_S`, release the leases of workers proven dead."""
+        if self._locks is None:
+            return
+        self._locks.hold(worker)
+        if time.monotonic() >= self._next_recovery:
+            await self.recover()
+
+    async def recover(self) -> int:
+        """Let the leases of workers proven dead (their lock files free: see
+        :mod:`~dormant.store.sqlite.owners`) expire now; how many leases that was."""
+        if self._locks is None:
+            return 0
+        self._next_recovery = time.monotonic() + RECOVER_EVERY_S
+        with self._locks.dead() as dead:
+            if not dead:
+                return 0
+            count: int = await self._write(lambda conn: jobs.expire_leases_of(conn, dead))
+        log.warning("dead_workers_released", extra={"workers": dead[:8], "leases": count})
+        return count
 
     # -- connections -----------------------------------------------------------------
 
@@ -342,15 +381,28 @@ class SQLiteBackend(BackendDefaults):
         )
         return result
 
-    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
+    async def claim_threads(
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+    ) -> list[Claim]:
         """Lease up to ``limit`` ready threads."""
+        await self._alive(worker)
 
         def job(conn: Conn) -> list[Claim]:
             now = self.clock()
             expires = now + lease_s
-            params = {"now": now, "limit": limit, "token": token, "worker": worker, "expires": expires}
+            params = {
+                "now": now,
+                "limit": limit,
+                "token": token,
+                "worker": worker,
+                "expires": expires,
+                "agents": None if agents is None else msgspec.json.encode(agents),
+            }
             rows = conn.execute(sql.CLAIM_THREADS, params).fetchall()
-            return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1]) for r in rows]
+            return [
+                Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1], attempts=r[2])
+                for r in rows
+            ]
 
         result: list[Claim] = await self._write(job)
         self._batches.claimed(result)
@@ -376,10 +428,13 @@ class SQLiteBackend(BackendDefaults):
 
     # -- outbox ----------------------------------------------------------------------
 
-    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, worker: str, limit: int, lease_s: float, token: str, tools: list[str] | None
+    ) -> list[OutboxEntry]:
         """Reconcile expired running entries, then lease due pending ones."""
+        await self._alive(worker)
         result: list[OutboxEntry] = await self._write(
-            lambda conn: outbox.claim(conn, worker, limit, lease_s, token, self.clock())
+            lambda conn: outbox.claim(conn, worker, limit, lease_s, token, self.clock(), tools)
         )
         return result
 
@@ -466,9 +521,10 @@ class SQLiteBackend(BackendDefaults):
         """Outbox entries after ``after`` by id."""
         return [row_entry(r) for r in self._query(sql.OUTBOX_PAGE, (after, status, limit))]
 
-    async def has_work(self) -> bool:
-        """Ready input, a leased thread, or an open outbox entry."""
-        return bool(self._query(sql.HAS_WORK, (self.clock(),))[0][0])
+    async def has_work(self, agents: list[str] | None = None) -> bool:
+        """Ready input (of ``agents``' threads, when given), a leased thread, or an open call."""
+        names = None if agents is None else msgspec.json.encode(agents)
+        return bool(self._query(sql.HAS_WORK, (self.clock(), names))[0][0])
 
     async def status(self) -> StoreStatus:
         """Counts and sizes for ``dormant status``."""
@@ -485,6 +541,7 @@ class SQLiteBackend(BackendDefaults):
             db_bytes=file_size(self._path),
             wal_bytes=file_size(self._path + "-wal" if self._path else None),
             schema_version=self._query(sql.GET_VERSION)[0][0],
+            ready_by_agent=dict(self._query(sql.READY_BY_AGENT, (now, now, READY_AGENTS_SHOWN))),
         )
 
     async def tenant_status(self, tenant: str) -> StoreStatus:

@@ -175,10 +175,21 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
 def release(conn: Conn, claim: Claim, now: float, retry_at: float, error: str | None, fail: bool) -> None:
     """Clear a lease still held (see :meth:`Backend.release`)."""
     conn.execute(
-        sql.RELEASE, (retry_at, 1 if error else 0, error, int(fail), now, claim.thread_id, claim.token)
+        sql.RELEASE, (retry_at, 0 if error else -1, error, int(fail), now, claim.thread_id, claim.token)
     )
     if fail:
         conn.execute(sql.REFRESH_READY, (claim.thread_id,))
+
+
+def expire_leases_of(conn: Conn, workers: Sequence[str]) -> int:
+    """Let the leases of dead ``workers`` expire now; how many threads and calls they held."""
+    count = 0
+    for worker in workers:
+        conn.execute(sql.EXPIRE_THREADS_OF, (worker,))
+        count += conn.changes()
+        conn.execute(sql.EXPIRE_CALLS_OF, (worker,))
+        count += conn.changes()
+    return count
 
 
 def renew(conn: Conn, claims: Sequence[Claim], expires: float) -> list[Claim]:

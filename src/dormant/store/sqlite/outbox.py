@@ -21,8 +21,11 @@ from .jobs import admit_one
 Conn = Any
 
 
-def claim(conn: Conn, worker: str, limit: int, lease_s: float, token: str, now: float) -> list[OutboxEntry]:
-    """Reconcile expired running entries, then lease up to ``limit`` due pending ones."""
+def claim(
+    conn: Conn, worker: str, limit: int, lease_s: float, token: str, now: float, tools: list[str] | None
+) -> list[OutboxEntry]:
+    """Reconcile expired running entries, then lease up to ``limit`` due pending ones (of
+    the tool keys ``tools`` only, unless None)."""
     for entry_id, thread_id, call_id, tool, idempotent in conn.execute(sql.EXPIRED_CALLS, (now,)).fetchall():
         if idempotent:
             conn.execute(sql.CALL_PENDING_AGAIN, (now, entry_id))
@@ -31,7 +34,14 @@ def claim(conn: Conn, worker: str, limit: int, lease_s: float, token: str, now: 
             admit_one(conn, result_input(thread_id, call_id, tool, inbox.UNKNOWN_OUTCOME, True), now)
     if limit <= 0:
         return []
-    params = {"now": now, "limit": limit, "token": token, "worker": worker, "expires": now + lease_s}
+    params = {
+        "now": now,
+        "limit": limit,
+        "token": token,
+        "worker": worker,
+        "expires": now + lease_s,
+        "tools": None if tools is None else msgspec.json.encode(tools),
+    }
     return sorted((row_entry(r) for r in conn.execute(sql.CLAIM_OUTBOX, params)), key=lambda e: e.id)
 
 

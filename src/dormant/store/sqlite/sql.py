@@ -61,18 +61,21 @@ UPDATE threads SET
 WHERE id = ?
 """
 CLAIM_THREADS = """
-UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = :expires
+UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = :expires,
+    failures = failures + 1
 WHERE id IN (
     SELECT id FROM threads
     WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
+      AND (:agents IS NULL OR agent IN (SELECT value FROM json_each(:agents)))
     ORDER BY ready_key LIMIT :limit)
-RETURNING id, agent
+RETURNING id, agent, failures
 """
 CLAIM_OUTBOX = f"""
 UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = :token,
                   lease_owner = :worker, lease_expires = :expires
 WHERE id IN (
     SELECT id FROM outbox WHERE status = 'pending' AND available_at <= :now
+      AND (:tools IS NULL OR agent || char(31) || tool IN (SELECT value FROM json_each(:tools)))
     ORDER BY available_at LIMIT :limit)
 RETURNING {OUTBOX_COLS}
 """
@@ -167,13 +170,19 @@ UPDATE threads SET status = 'active', failures = 0, error = NULL, updated_at = ?
     lease_expires = CASE WHEN lease_token IS NOT NULL AND lease_expires > ?1 THEN lease_expires ELSE 0 END
 WHERE id = ?2
 """
+# The claim counted an attempt (failures + 1); a release without an error gives it back.
 RELEASE = """
 UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = ?,
-    failures = failures + ?, error = coalesce(?, error),
+    failures = max(0, failures + ?), error = coalesce(?, error),
     status = CASE WHEN ? THEN 'failed' ELSE status END, updated_at = ?
 WHERE id = ? AND lease_token = ?
 """
 RENEW_LEASE = "UPDATE threads SET lease_expires = ? WHERE id = ? AND lease_token = ?"
+# The leases of a worker proven dead (its lock file taken, see owners.py) expire now:
+# its threads are claimable at once, its running calls are reconciled by the next
+# outbox claim (idempotent: pending again; others: outcome unknown).
+EXPIRE_THREADS_OF = "UPDATE threads SET lease_expires = 0 WHERE lease_owner = ? AND lease_token IS NOT NULL"
+EXPIRE_CALLS_OF = "UPDATE outbox SET lease_expires = 0 WHERE lease_owner = ? AND status = 'running'"
 
 # -- inputs ---------------------------------------------------------------------------
 
@@ -238,13 +247,19 @@ OUTBOX_PAGE = f"""
 SELECT {OUTBOX_COLS} FROM outbox WHERE id > ?1 AND (?2 IS NULL OR status = ?2) ORDER BY id LIMIT ?3
 """
 HAS_WORK = """
-SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <= ?)
+SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <= ?1
+                 AND (?2 IS NULL OR agent IN (SELECT value FROM json_each(?2))))
     OR EXISTS (SELECT 1 FROM threads WHERE lease_token IS NOT NULL)
     OR EXISTS (SELECT 1 FROM outbox WHERE status IN ('pending', 'running'))
 """
 THREADS_BY_STATUS = "SELECT status, COUNT(*) FROM threads GROUP BY status"
 THREADS_READY = "SELECT COUNT(*) FROM threads WHERE ready_key IS NOT NULL AND ready_at <= ?"
 THREADS_LEASED = "SELECT COUNT(*) FROM threads WHERE lease_token IS NOT NULL"
+READY_BY_AGENT = """
+SELECT agent, COUNT(*) AS n FROM threads
+WHERE ready_key IS NOT NULL AND ready_at <= ? AND lease_expires <= ?
+GROUP BY agent ORDER BY n DESC, agent LIMIT ?
+"""
 INPUTS_BY_PRIORITY = "SELECT priority, COUNT(*) FROM inputs GROUP BY priority"
 OUTBOX_BY_STATUS = "SELECT status, COUNT(*) FROM outbox GROUP BY status"
 MESSAGE_COUNT = "SELECT COUNT(*) FROM messages"
