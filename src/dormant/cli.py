@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import typer
@@ -48,6 +48,7 @@ from .cli_base import (
     when,
 )
 from .cli_history import export, show
+from .cli_retry import parse_since, retry_all_failed
 from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
@@ -112,9 +113,12 @@ AgentOpt = Annotated[
 # -- plumbing (more in cli_base) -----------------------------------------------------------
 
 
-def agents_for(app_spec: str | None, model: str, base_url: str, system: str | None) -> list[Agent]:
-    """The agents this invocation hosts (see :mod:`dormant.app`)."""
-    return load_agents(app_spec, model=model, base_url=base_url, system=system)
+def agents_for(
+    app_spec: str | None, model: str, base_url: str, system: str | None, **options: Any
+) -> list[Agent]:
+    """The agents this invocation hosts (see :mod:`dormant.app`; ``options`` go to
+    :func:`~dormant.app.load_agents`)."""
+    return load_agents(app_spec, model=model, base_url=base_url, system=system, **options)
 
 
 async def close_models(agents: Sequence[Agent]) -> None:
@@ -388,15 +392,50 @@ def chat(
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
     max_chars: MaxCharsOpt = 4000,
+    context_window: Annotated[
+        int | None,
+        typer.Option(
+            "--context-window",
+            envvar="DORMANT_CONTEXT_WINDOW",
+            min=2,
+            help="Tokens the built-in agent's model accepts in one request (default: 128,000).",
+        ),
+    ] = None,
+    max_output: Annotated[
+        int | None,
+        typer.Option(
+            "--max-output",
+            envvar="DORMANT_MAX_OUTPUT",
+            min=1,
+            help="Output cap of the built-in agent's model, in tokens (default: 4,096).",
+        ),
+    ] = None,
+    builtins: Annotated[
+        bool,
+        typer.Option(
+            "--builtins/--no-builtins",
+            envvar="DORMANT_BUILTINS",
+            help="Give the built-in agent spawn_thread, sleep_until, ... (off: a chat is one thread).",
+        ),
+    ] = False,
 ) -> None:
     """Talk to a thread: each line of stdin is sent, run until idle, and the replies printed.
 
-    Works with piped stdin; ends on EOF or /quit.
+    Works with piped stdin; ends on EOF or /quit. The built-in agent has no built-in
+    tools unless --builtins is given.
     """
     interactive = sys.stdin.isatty()
     try:
         settings = settings_for(store, concurrency=concurrency)
-        agents = agents_for(app_spec, model, base_url, system)
+        agents = agents_for(
+            app_spec,
+            model,
+            base_url,
+            system,
+            builtins=builtins,
+            context_window=context_window,
+            max_output_tokens=max_output,
+        )
         with asyncio.Runner() as runner:
             rt = Runtime(settings.store, agents, settings=settings)
             runner.run(rt.open())
@@ -598,11 +637,34 @@ def status(
 
 
 @app.command()
-def retry(thread: Annotated[str, typer.Argument(help="Thread id.")], store: StoreOpt = DEFAULT_STORE) -> None:
+def retry(
+    thread: Annotated[str | None, typer.Argument(help="Thread id (or --all-failed).")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+    all_failed: Annotated[
+        bool, typer.Option("--all-failed", envvar="DORMANT_RETRY_ALL", help="Retry every failed thread.")
+    ] = False,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            envvar="DORMANT_RETRY_SINCE",
+            help="With --all-failed: only threads failed since this ISO time or duration (2h, 1d).",
+        ),
+    ] = None,
+) -> None:
     """Reactivate a failed thread; its pending inputs run on the next `dormant run`."""
+    if (thread is None) == (not all_failed) or (since is not None and not all_failed):
+        fail(UsageError("give a thread id, or --all-failed [--since ...]"))
 
     async def go() -> None:
         async with opened_store(settings_for(store)) as st:
+            if all_failed:
+                retried = await retry_all_failed(st, parse_since(since) if since else 0.0)
+                for row in retried:
+                    out.print(f"thread {row.id} is active again (was failed: {row.error})")
+                out.print(f"{len(retried)} failed thread(s) retried")
+                return
+            assert thread is not None
             before = await st.get_thread(thread)
             row = await st.retry_thread(thread)
         if before.status == "failed":

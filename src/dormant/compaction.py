@@ -64,13 +64,16 @@ def pending_calls(messages: Sequence[Message]) -> set[str]:
     return open_calls
 
 
-def cut_index(own: Sequence[Message], keep_tokens: int, keep_bytes: int) -> int | None:
+def cut_index(
+    own: Sequence[Message], keep_tokens: int, keep_bytes: int, keep_messages: int | None = None
+) -> int | None:
     """Index in ``own`` (the thread's own messages of a view, oldest first) of the last
     message to summarize, or None when no cut is allowed.
 
-    Keeps the newest messages that fit ``keep_tokens`` and ``keep_bytes`` (at least the
-    newest message; uncounted messages count 0 tokens); the cut is moved earlier until
-    the next message is not a tool result and no pending call is at or before it.
+    Keeps the newest messages that fit ``keep_tokens``, ``keep_bytes`` and
+    ``keep_messages`` (at least the newest message; uncounted messages count 0 tokens);
+    the cut is moved earlier until the next message is not a tool result and no pending
+    call is at or before it.
     """
     if len(own) < 2:
         return None
@@ -83,6 +86,8 @@ def cut_index(own: Sequence[Message], keep_tokens: int, keep_bytes: int) -> int 
     while start > 0:
         older = own[start - 1]
         if tokens + older.tokens > keep_tokens or size + message_bytes(older) > keep_bytes:
+            break
+        if keep_messages is not None and len(own) - start >= keep_messages:
             break
         start -= 1
         tokens, size = tokens + older.tokens, size + message_bytes(older)

@@ -525,7 +525,10 @@ class Runtime:
         """
         keep = self.settings.compaction_keep
         index = compaction.cut_index(
-            load.view[load.inherited :], int(limits.max_tokens * keep), int(limits.max_bytes * keep)
+            load.view[load.inherited :],
+            int(limits.max_tokens * keep),
+            int(limits.max_bytes * keep),
+            int(limits.max_messages * keep),  # else a view bounded only by its message cap never compacts
         )
         if index is None:
             return load, None
@@ -537,9 +540,12 @@ class Runtime:
                 raise ModelError("the model returned an empty summary", retryable=False)
         except Exception as exc:
             self.stats.compaction_failures += 1
+            error = f"{type(exc).__name__}: {exc}"
             log.warning(
-                "compaction_failed",
-                extra={"thread_id": load.thread.id, "error": f"{type(exc).__name__}: {exc}"},
+                "compaction_failed thread=%s: %s",  # readable with no logging set up
+                load.thread.id,
+                error,
+                extra={"thread_id": load.thread.id, "error": error},
             )
             return load, None
         self.stats.compactions += 1
@@ -559,6 +565,9 @@ class Runtime:
             agents=self._names,
             blobs=self.store,
             blob_threshold=self.settings.blob_threshold_bytes,
+            max_spawn_depth=agent.max_spawn_depth,  # issue 14: bounded spawn_thread
+            max_children=agent.max_children,
+            children=call.children,
         )
         try:
             async with asyncio.timeout(call.spec.timeout):
@@ -580,6 +589,9 @@ class Runtime:
     async def _failed(self, claim: Claim, exc: BaseException) -> None:
         """Release a failed slice's lease with a backoff, or mark the thread failed."""
         reason = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, ModelError) and exc.outage:  # issue 14: an endpoint outage is not a failure
+            await self._model_outage(claim, exc, reason)
+            return
         try:
             thread = await self.store.get_thread(claim.thread_id)
             failures = thread.failures + 1
@@ -589,7 +601,10 @@ class Runtime:
             if isinstance(exc, ModelError) and exc.retry_after:
                 delay = max(delay, exc.retry_after)
             log.warning(
-                "slice_failed",
+                "slice_failed thread=%s failed=%s: %s",  # readable with no logging set up
+                claim.thread_id,
+                fail,
+                reason,
                 extra={"thread_id": claim.thread_id, "error": reason, "failed": fail},
             )
             await self.store.release(claim, retry_at=self.clock() + delay, error=reason, fail=fail)
@@ -598,6 +613,25 @@ class Runtime:
             log.error(
                 "slice_release_failed",
                 extra={"thread_id": claim.thread_id, "error": f"{type(store_exc).__name__}: {store_exc}"},
+            )
+
+    async def _model_outage(self, claim: Claim, exc: ModelError, reason: str) -> None:
+        """The model endpoint is down or its circuit breaker open (issue 14): the thread
+        waits ``retry_after`` (at least the first backoff) without counting a failure."""
+        delay = max(exc.retry_after or 0.0, self.settings.retry_base_s)
+        log.warning(
+            "slice_model_outage thread=%s retry_in=%.1fs: %s",
+            claim.thread_id,
+            delay,
+            reason,
+            extra={"thread_id": claim.thread_id, "error": reason, "retry_in_s": round(delay, 3)},
+        )
+        try:
+            await self.store.release(claim, retry_at=self.clock() + delay)
+        except Exception as release_exc:
+            log.error(
+                "slice_release_failed",
+                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
             )
 
     async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ToolCall, ViewLimits
 from dormant.store.sqlite import SCHEMA_VERSION, SQLiteStore
-from tests.unit.test_openai_model import Reply, ScriptServer, text_reply
+from tests.openai_server import Reply, ScriptServer, text_reply
 
 from .runner import Cli
 
