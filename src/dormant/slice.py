@@ -118,6 +118,7 @@ class Turn:
         self.now = now
         self.rounds = 0
         self._view = load.view
+        self._inherited = load.inherited
         self._summary = load.summary  # the one the view starts from
         self._new_summary = summary  # the one this slice writes (compaction), if any
         self._new: list[Message] = []
@@ -208,7 +209,7 @@ class Turn:
         """Child threads this thread spawned, as far as its view and this slice show."""
         return sum(
             1
-            for message in (*self._view, *self._new)
+            for message in (*self._view[self._inherited :], *self._new)  # not the parent's children
             if message.role == "tool" and message.name == SPAWN and message.content.startswith(SPAWNED)
         )
 
