@@ -156,7 +156,8 @@ async def test_a_404_names_the_url_and_the_model(server: ScriptServer) -> None:
     "error",
     [
         {
-            "message": "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens."
+            "message": "This model's maximum context length is 8192 tokens. "
+            "However, you requested 9000 tokens."
         },
         {"message": "Input too long", "code": "context_length_exceeded"},
         {"message": "the request exceeds the available context size, try increasing it", "type": "exceed"},

@@ -295,6 +295,6 @@ async def test_a_refusal_is_raised_not_answered(server: ScriptServer) -> None:
             ]
         )
     )
-    with pytest.raises(ModelError, match="refused to answer: I can't help with that.") as info:
+    with pytest.raises(ModelError, match=r"refused to answer: I can't help with that\.") as info:
         await run(make_model(server))
     assert info.value.kind == "refused"
