@@ -513,6 +513,12 @@ class Runtime:
             timeout = self.settings.model_timeout_s
             raise ModelError(f"the model did not answer within {timeout:g}s") from None
         self.stats.completions += 1
+        if reply.cut:  # issue 14: the output cap cut the reply; kept, but said so
+            log.warning(
+                "model_reply_cut thread=%s: the reply hit the output cap (finish_reason length)",
+                request.thread_id,
+                extra={"thread_id": request.thread_id},
+            )
         return reply
 
     async def _compact(
