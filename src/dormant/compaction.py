@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from .context import message_bytes
 from .models.base import ModelRequest
 from .records import Message, SliceLoad, Summary, ViewLimits
@@ -135,4 +137,25 @@ def compacted(load: SliceLoad, index: int, new: Summary) -> SliceLoad:
         inputs=load.inputs,
         summary=new,
         inherited=0,
+    )
+
+
+#: How much of a view is kept when the server refused a prompt as over its window.
+OVERFLOW_SHRINK = 0.5
+
+
+def after_overflow(limits: ViewLimits) -> ViewLimits:
+    """The limits to load a view with once more after ``ModelError.context_overflow``.
+
+    The hook for the slice runner: the server counted the prompt over its window
+    (its template costs more than our count, or its window is smaller than
+    declared). Retry the slice once with half the token, byte and message budget
+    (a summary is due at once if messages drop out, see :func:`due`); if that
+    overflows too, it is the thread's failure.
+    """
+    return msgspec.structs.replace(
+        limits,
+        max_tokens=max(1, int(limits.max_tokens * OVERFLOW_SHRINK)),
+        max_bytes=max(1, int(limits.max_bytes * OVERFLOW_SHRINK)),
+        max_messages=max(1, int(limits.max_messages * OVERFLOW_SHRINK)),
     )
