@@ -1,4 +1,5 @@
 """The ``dormant`` command line: init, run, send, chat, threads, show, export, status, retry, doctor,
+backup, restore (in :mod:`dormant.cli_backup`),
 demo, bench (``show`` and ``export`` are in :mod:`dormant.cli_history`, shared plumbing in
 :mod:`dormant.cli_base`).
 
@@ -34,6 +35,7 @@ from rich.text import Text
 
 from .agent import Agent
 from .app import DEFAULT_BASE_URL, SCRIPTED, load_agents
+from .cli_backup import backup, restore
 from .cli_base import (
     LimitOpt,
     MaxCharsOpt,
@@ -48,12 +50,15 @@ from .cli_base import (
     when,
 )
 from .cli_history import export, show
-from .cli_retry import parse_since, retry_all_failed
+from .cli_retry import AllFailedOpt, BuiltinsOpt, ContextWindowOpt, MaxOutputOpt, SinceOpt, print_retry_all
 from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
+from .logs import JsonFormatter, fields
 from .records import Priority
 from .runtime import Runtime
+from .store import open_store
+from .urls import redact, scrub
 
 app = typer.Typer(
     name="dormant",
@@ -131,21 +136,18 @@ async def close_models(agents: Sequence[Agent]) -> None:
                 await result
 
 
-_RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
-
-
 class EventFormatter(logging.Formatter):
     """``time level logger event key=value ...``: the event name, then the record's extras."""
 
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(f"{k}={v!r}" for k, v in record.__dict__.items() if k not in _RECORD_FIELDS)
+        extras = " ".join(f"{k}={v!r}" for k, v in fields(record).items())
         stamp = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         line = f"{stamp} {record.levelname.lower()} {record.name} {record.getMessage()}"
         if extras:
             line += " " + extras
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return scrub(line)  # no store password in a log line, whoever built the text
 
 
 class LogLevel(StrEnum):
@@ -157,10 +159,17 @@ class LogLevel(StrEnum):
     error = "error"
 
 
-def setup_logging(level: str) -> None:
-    """Send dormant's structured logs to stderr at ``level``."""
+class LogFormat(StrEnum):
+    """Formats accepted by ``--log-format``."""
+
+    text = "text"
+    json = "json"
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Send dormant's structured logs to stderr at ``level``, as text or JSON lines."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(EventFormatter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else EventFormatter())
     root = logging.getLogger("dormant")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -178,9 +187,18 @@ def main_options(
             help="Level of the structured logs written to stderr.",
         ),
     ] = LogLevel.warning,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            envvar="DORMANT_LOG_FORMAT",
+            case_sensitive=False,
+            help="text, or json: one object a line with thread, slice and call ids.",
+        ),
+    ] = LogFormat.text,
 ) -> None:
     """Host very many long-lived LLM agent sessions; memory is bounded by the work in flight."""
-    setup_logging(log_level.value)
+    setup_logging(log_level.value, log_format.value)
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -194,9 +212,12 @@ def init(store: StoreOpt = DEFAULT_STORE) -> None:
         settings = settings_for(store)
         async with opened_store(settings, create=True) as st:
             status = await st.status()
-        out.print(f"store {settings.store} ready (schema version {status.schema_version})")
-        if settings.store.startswith("memory://"):
-            out.print("note: memory:// lives only as long as one process; use sqlite:///path.db to keep data")
+        out.print(f"store {redact(settings.store)} ready (schema version {status.schema_version})")
+        if not st.persistent:
+            out.print(
+                f"note: {redact(settings.store)} lives only as long as one process; "
+                "use sqlite:///path.db to keep data"
+            )
 
     run_async(go())
 
@@ -224,9 +245,25 @@ def run(
             "More hosts: run `dormant run` on each, pointed at the same PostgreSQL database.",
         ),
     ] = 1,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            envvar="DORMANT_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; one worker).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option("--metrics-host", envvar="DORMANT_METRICS_HOST", help="Address of --metrics-port."),
+    ] = "127.0.0.1",
 ) -> None:
     """Run the agents until SIGINT/SIGTERM (running slices finish) or, with --until-idle, until idle."""
     if workers > 1:
+        if metrics_port is not None:
+            fail(UsageError("--metrics-port serves one process: run workers with --workers 1 each"))
         run_workers(store, workers, until_idle, concurrency, app_spec, model, base_url, system)
         return
 
@@ -235,7 +272,14 @@ def run(
         agents = agents_for(app_spec, model, base_url, system)
         try:
             async with Runtime(settings.store, agents, settings=settings) as rt:
-                await serve(rt, until_idle=until_idle)
+                if metrics_port is None:
+                    await serve(rt, until_idle=until_idle)
+                    return
+                from .exporter import Exporter, serving
+
+                async with serving(Exporter(rt), metrics_port, metrics_host) as port:
+                    err.print(f"metrics at http://{metrics_host}:{port}/metrics", style="dim")
+                    await serve(rt, until_idle=until_idle)
         finally:
             await close_models(agents)
 
@@ -256,9 +300,14 @@ def run_workers(
     from .workers import Supervisor
 
     settings = settings_for(store, concurrency=concurrency)  # validated once, here
-    if settings.store.startswith("memory://"):
-        fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
-    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1", "--store", settings.store]
+    if not open_store(settings.store).persistent:
+        fail(
+            UsageError(
+                f"{redact(settings.store)} lives in one process: --workers needs sqlite:///... or postgresql://..."
+            )
+        )
+    # the store URL goes by environment, never argv: `ps` shows argv to every user
+    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1"]
     argv += ["--model", model, "--base-url", base_url]
     if until_idle:
         argv.append("--until-idle")
@@ -269,9 +318,10 @@ def run_workers(
     if system is not None:
         argv += ["--system", system]
     env = dict(os.environ)
+    env["DORMANT_STORE"] = settings.store
     env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
     supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
-    err.print(f"dormant supervising {workers} workers on {settings.store}", style="dim")
+    err.print(f"dormant supervising {workers} workers on {redact(settings.store)}", style="dim")
     code = asyncio.run(supervisor.run())
     out.print(f"workers stopped (exit {code})")
     if code:
@@ -314,7 +364,8 @@ async def serve(rt: Runtime, *, until_idle: bool) -> None:
             pass
     # printed once the handlers are in place: a signal from now on stops gracefully
     err.print(
-        f"dormant running on {rt.store.url} (agents: {names}; concurrency {rt.settings.concurrency}) {mode}",
+        f"dormant running on {redact(rt.store.url)} (agents: {names}; "
+        f"concurrency {rt.settings.concurrency}) {mode}",
         style="dim",
     )
     started = time.perf_counter()
@@ -392,32 +443,9 @@ def chat(
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
     max_chars: MaxCharsOpt = 4000,
-    context_window: Annotated[
-        int | None,
-        typer.Option(
-            "--context-window",
-            envvar="DORMANT_CONTEXT_WINDOW",
-            min=2,
-            help="Tokens the built-in agent's model accepts in one request (default: 128,000).",
-        ),
-    ] = None,
-    max_output: Annotated[
-        int | None,
-        typer.Option(
-            "--max-output",
-            envvar="DORMANT_MAX_OUTPUT",
-            min=1,
-            help="Output cap of the built-in agent's model, in tokens (default: 4,096).",
-        ),
-    ] = None,
-    builtins: Annotated[
-        bool,
-        typer.Option(
-            "--builtins/--no-builtins",
-            envvar="DORMANT_BUILTINS",
-            help="Give the built-in agent spawn_thread, sleep_until, ... (off: a chat is one thread).",
-        ),
-    ] = False,
+    context_window: ContextWindowOpt = None,
+    max_output: MaxOutputOpt = None,
+    builtins: BuiltinsOpt = False,
 ) -> None:
     """Talk to a thread: each line of stdin is sent, run until idle, and the replies printed.
 
@@ -442,7 +470,8 @@ def chat(
             try:
                 cursor = runner.run(last_seq(rt, thread))
                 if interactive:
-                    err.print(f"chatting with thread {thread} on {settings.store}; /quit or Ctrl-D ends")
+                    where = redact(settings.store)
+                    err.print(f"chatting with thread {thread} on {where}; /quit or Ctrl-D ends")
                 while True:
                     line = read_line(interactive)
                     if line is None:
@@ -596,6 +625,8 @@ def threads(
 # history commands live in cli_history; registered here to keep the order of `--help`
 app.command()(show)
 app.command()(export)
+app.command()(backup)
+app.command()(restore)
 
 
 @app.command()
@@ -612,10 +643,11 @@ def status(
         async with opened_store(settings) as st:
             s = await st.status()
         if as_json:
-            data = {"store": settings.store, **msgspec.structs.asdict(s)}
+            data = {"store": redact(settings.store), **msgspec.structs.asdict(s)}
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
             return
-        table = Table(title=f"dormant status — {settings.store}", show_header=False, title_justify="left")
+        title = f"dormant status — {redact(settings.store)}"
+        table = Table(title=title, show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("count", justify="right")
 
@@ -640,17 +672,8 @@ def status(
 def retry(
     thread: Annotated[str | None, typer.Argument(help="Thread id (or --all-failed).")] = None,
     store: StoreOpt = DEFAULT_STORE,
-    all_failed: Annotated[
-        bool, typer.Option("--all-failed", envvar="DORMANT_RETRY_ALL", help="Retry every failed thread.")
-    ] = False,
-    since: Annotated[
-        str | None,
-        typer.Option(
-            "--since",
-            envvar="DORMANT_RETRY_SINCE",
-            help="With --all-failed: only threads failed since this ISO time or duration (2h, 1d).",
-        ),
-    ] = None,
+    all_failed: AllFailedOpt = False,
+    since: SinceOpt = None,
 ) -> None:
     """Reactivate a failed thread; its pending inputs run on the next `dormant run`."""
     if (thread is None) == (not all_failed) or (since is not None and not all_failed):
@@ -659,10 +682,7 @@ def retry(
     async def go() -> None:
         async with opened_store(settings_for(store)) as st:
             if all_failed:
-                retried = await retry_all_failed(st, parse_since(since) if since else 0.0)
-                for row in retried:
-                    out.print(f"thread {row.id} is active again (was failed: {row.error})")
-                out.print(f"{len(retried)} failed thread(s) retried")
+                await print_retry_all(st, since)
                 return
             assert thread is not None
             before = await st.get_thread(thread)

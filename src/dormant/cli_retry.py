@@ -1,4 +1,5 @@
-"""``dormant retry --all-failed [--since ...]``: make every failed thread run again.
+"""``dormant retry --all-failed [--since ...]``: make every failed thread run again
+(and the options of ``dormant retry`` and ``dormant chat`` added for issue 14).
 
 Pages through the store's thread listing (never the whole table in memory) and
 retries each failed thread whose last change is at or after ``since``.
@@ -10,10 +11,52 @@ import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Annotated
 
+import typer
+
+from .cli_base import out
 from .errors import NotFound, UsageError
 from .records import Thread
 from .store import Store
+
+AllFailedOpt = Annotated[
+    bool, typer.Option("--all-failed", envvar="DORMANT_RETRY_ALL", help="Retry every failed thread.")
+]
+SinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        envvar="DORMANT_RETRY_SINCE",
+        help="With --all-failed: only threads failed since this ISO time or duration (2h, 1d).",
+    ),
+]
+ContextWindowOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--context-window",
+        envvar="DORMANT_CONTEXT_WINDOW",
+        min=2,
+        help="Tokens the built-in agent's model accepts in one request (default: 128,000).",
+    ),
+]
+MaxOutputOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-output",
+        envvar="DORMANT_MAX_OUTPUT",
+        min=1,
+        help="Output cap of the built-in agent's model, in tokens (default: 4,096).",
+    ),
+]
+BuiltinsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--builtins/--no-builtins",
+        envvar="DORMANT_BUILTINS",
+        help="Give the built-in agent spawn_thread, sleep_until, ... (off: a chat is one thread).",
+    ),
+]
 
 #: Threads read per page of the listing.
 PAGE = 500
@@ -66,3 +109,11 @@ async def retry_all_failed(store: Store, since: float = 0.0) -> list[Thread]:
             continue
         retried.append(thread)
     return retried
+
+
+async def print_retry_all(store: Store, since: str | None) -> None:
+    """``dormant retry --all-failed [--since ...]``: retry and print each thread, then the count."""
+    retried = await retry_all_failed(store, parse_since(since) if since else 0.0)
+    for row in retried:
+        out.print(f"thread {row.id} is active again (was failed: {row.error})")
+    out.print(f"{len(retried)} failed thread(s) retried")

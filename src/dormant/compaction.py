@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .context import message_bytes
+from .context import cost, message_bytes, message_tokens
 from .models.base import ModelRequest
 from .records import Message, SliceLoad, Summary, ViewLimits
 
@@ -50,8 +50,16 @@ def due(load: SliceLoad, limits: ViewLimits, share: float) -> bool:
     own = load.view[load.inherited :]
     if since > share * limits.max_messages or (since and (not own or own[0].seq > thread.summary_seq + 1)):
         return True
-    if limits.counts_tokens and thread.tokens_since_summary > share * limits.max_tokens:
-        return True
+    if limits.counts_tokens:
+        if thread.tokens_since_summary > share * limits.max_tokens:
+            return True
+        # messages stored uncounted count as their byte bounds; exactly only if that could decide
+        threshold = share * limits.max_tokens
+        if (
+            sum(cost(m) for m in own) > threshold
+            and sum(message_tokens(m, limits.encoding) for m in own) > threshold
+        ):
+            return True
     return sum(message_bytes(m) for m in own) > share * limits.max_bytes
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import UsageError
 
@@ -41,6 +41,12 @@ class Settings(BaseModel):
     view_tokens: int = Field(
         0, ge=0, description="tokens of history in a view at most (0: what the model's window leaves)"
     )
+    prompt_margin: float = Field(
+        0.02,
+        ge=0,
+        le=0.5,
+        description="share of the prompt budget (window less output) kept free as a safety margin",
+    )
     compaction_share: float = Field(
         0.75,
         ge=0,
@@ -64,11 +70,68 @@ class Settings(BaseModel):
     tool_attempts: int = Field(5, ge=1, le=100, description="attempts of a retryable async tool")
     retry_base_s: float = Field(0.5, gt=0, description="first retry backoff")
     retry_max_s: float = Field(60.0, gt=0, description="largest retry backoff")
+    retry_after_max_s: float = Field(
+        600.0, gt=0, description="longest Retry-After honoured (a longer one is cut to it)"
+    )
+    tool_threads: int = Field(
+        32, ge=1, le=1024, description="threads for sync tools (a timed-out sync call keeps its thread)"
+    )
     poll_s: float = Field(0.2, gt=0, le=60, description="idle poll interval for new work")
     pg_pool_size: int = Field(
         8, ge=1, le=1000, description="PostgreSQL: read connections per process (+1 writer, +1 listener)"
     )
     worker_id: str | None = Field(None, description="worker name in leases (default host:pid)")
+    # the memory governor (see dormant.governor); shares are fractions of the soft limit
+    memory_governor: bool = Field(True, description="sample RSS and act on the memory levels")
+    memory_limit: int = Field(
+        0, ge=0, description="hard memory limit in bytes, K/M/G suffixes accepted (0: cgroup, else RAM)"
+    )
+    memory_warn: float = Field(0.60, gt=0, lt=1, description="warn level: share of the soft limit")
+    memory_intervene: float = Field(
+        0.75, gt=0, lt=1, description="intervene level (stop claiming, shrink caches, halve concurrency)"
+    )
+    memory_emergency: float = Field(
+        0.90, gt=0, le=1, description="emergency level (cancel slices, refuse admissions)"
+    )
+    memory_hysteresis: float = Field(
+        0.05, ge=0, lt=0.5, description="a level is left only this share of the soft limit below it"
+    )
+    memory_sample_s: float = Field(0.1, gt=0, le=60, description="RSS sampling period")
+    memory_retry_after_s: float = Field(
+        5.0, gt=0, le=3600, description="retry hint of admissions refused for memory"
+    )
+    memory_recover_s: float = Field(
+        1.0, gt=0, le=3600, description="at OK, concurrency climbs back by 1/8 every this many seconds"
+    )
+    memory_growth_mb_per_min: float = Field(
+        50.0, gt=0, description="RSS growth over the window that lowers the soft limit"
+    )
+    memory_growth_window_s: float = Field(600.0, gt=0, description="window of the RSS growth rate")
+    memory_soft_step: float = Field(0.10, ge=0, lt=1, description="soft limit change per adaptation")
+    memory_soft_min: float = Field(0.5, gt=0, le=1, description="lowest soft limit (share of the hard)")
+
+    @field_validator("memory_limit", mode="before")
+    @classmethod
+    def _bytes(cls, value: Any) -> Any:
+        """Accept ``512M``, ``2G``, ``100000K`` as well as plain bytes."""
+        if isinstance(value, str):
+            text = value.strip().upper().removesuffix("B").removesuffix("I")
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
+            if scale > 1:
+                text = text[:-1]
+            try:
+                return int(float(text) * scale)
+            except ValueError:
+                raise ValueError(f"not a byte size: {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _levels(self) -> Settings:
+        if not self.memory_warn < self.memory_intervene < self.memory_emergency:
+            raise ValueError("memory levels must rise: memory_warn < memory_intervene < memory_emergency")
+        if self.memory_hysteresis >= self.memory_warn:
+            raise ValueError("memory_hysteresis must be below memory_warn")
+        return self
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

@@ -15,9 +15,11 @@ middle. The stored message is unchanged.
 
 Tokens are added up only when the limits count them (:attr:`ViewLimits.counts_tokens`):
 when four times the byte cap fits the token budget, the byte cap alone keeps every
-view within it, whatever the text, and tokens are neither counted nor summed. Else
-every message a view shows carries its count: the stored one, or one counted as it
-is read (messages stored uncounted).
+view within it, whatever the text, and tokens are neither counted nor summed. Else,
+per view, a message costs its stored count, or if it was stored uncounted the bound
+its UTF-8 bytes give (:func:`token_bound`: a token is at least one byte). While the
+costs fit the budget the fit is proven and nothing is counted; only when they would
+pass it are the uncounted messages (and summary) counted, exactly, to decide.
 
 The views are cached by :class:`dormant.cache.ViewCache` (its own module, owned
 outside the stores so the memory governor can shrink it).
@@ -29,7 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
-from .records import Message, Summary, Thread, ViewLimits
+from .budget import utf8_len
+from .records import Message, SliceLoad, Summary, Thread, ViewLimits
 from .tokens import DEFAULT_ENCODING, count_message, count_text
 
 # fetch(thread_id, max_seq, min_seq, limit) -> newest messages of that thread with
@@ -68,6 +71,25 @@ def message_bytes(message: Message) -> int:
     return size
 
 
+def token_bound(message: Message) -> int:
+    """Most tokens ``message`` can cost in a prompt, without a tokenizer: its UTF-8 bytes
+    (a token is at least one byte) plus room for the framing of the message (16) and of
+    each tool call (16), which :func:`~dormant.tokens.count_message` counts as at most 5
+    and 8."""
+    size = utf8_len(message.content) + 16
+    if message.name:
+        size += utf8_len(message.name)
+    for call in message.tool_calls:
+        size += utf8_len(call.name) + utf8_len(call.arguments) + 16
+    return size
+
+
+def cost(message: Message) -> int:
+    """Tokens ``message`` is taken to cost in a view that counts: its stored count, or
+    :func:`token_bound` when it was stored uncounted (never less than its real count)."""
+    return message.tokens or token_bound(message)
+
+
 def message_tokens(message: Message, encoding: str = DEFAULT_ENCODING) -> int:
     """Tokens of ``message``: the stored count, or counted now if it never was (written
     before schema 2, or while its agent's limits made counts unnecessary)."""
@@ -91,8 +113,10 @@ def clip(message: Message, limits: ViewLimits) -> Message:
     max_bytes = clip_bytes(limits)
     counting = limits.counts_tokens
     if counting:
-        message = with_count(message, limits.encoding)
         max_tokens = max(limits.max_tokens // CLIP_SHARE, MIN_CLIP_TOKENS)
+        if cost(message) <= max_tokens and message_bytes(message) <= max_bytes:
+            return message  # the stored count or the byte bound proves it small enough
+        message = with_count(message, limits.encoding)
         if message.tokens <= max_tokens and message_bytes(message) <= max_bytes:
             return message
     elif message_bytes(message) <= max_bytes:
@@ -143,6 +167,25 @@ def summary_tokens(summary: Summary | None, limits: ViewLimits) -> int:
     return summary.tokens or count_message("system", summary.content, encoding=limits.encoding)
 
 
+def summary_cost(summary: Summary | None, limits: ViewLimits) -> int:
+    """:func:`summary_tokens` without a tokenizer: the stored count or its byte bound."""
+    if summary is None or not limits.counts_tokens:
+        return 0
+    return summary.tokens or utf8_len(summary.content) + 16
+
+
+def needs_counts(load: SliceLoad, limits: ViewLimits) -> bool:
+    """Whether a slice over ``load`` should count the messages it writes: only under
+    limits that count, and only when the byte bounds of its view, summary and inputs
+    no longer prove that its thread's next view fits the token budget (the counts are
+    stored, so those views need not count them again)."""
+    if not limits.counts_tokens:
+        return False
+    total = summary_cost(load.summary, limits) + sum(cost(m) for m in load.view)
+    total += sum(utf8_len(item.content) + 16 for item in load.inputs)
+    return total > limits.max_tokens
+
+
 def summary_bytes(summary: Summary | None) -> int:
     return len(summary.content) + 16 if summary is not None else 0
 
@@ -165,7 +208,9 @@ def build_view(
     own = -1
     counting = limits.counts_tokens
     clip_at = clip_bytes(limits)
-    tokens = summary_tokens(summary, limits)
+    tokens = summary_cost(summary, limits)
+    summary_loose = counting and summary is not None and not summary.tokens
+    loose: list[int] = []  # where in ``picked`` a message costs its byte bound (uncounted)
     size = summary_bytes(summary)
     # per message, tokens and bytes: the thread's average where it was counted, else a guess
     avg_tokens = thread.tokens // thread.last_seq if thread.last_seq and thread.tokens else 0
@@ -186,7 +231,19 @@ def build_view(
                 got += 1
                 max_seq = message.seq - 1
                 shown, b = _shown(message, limits, counting, clip_at)
-                t = shown.tokens
+                t = cost(shown) if counting else shown.tokens
+                if (
+                    counting
+                    and tokens + t > limits.max_tokens
+                    and (loose or summary_loose or not shown.tokens)
+                ):
+                    # the byte bounds no longer prove the fit: count, exactly, to decide
+                    tokens += _tighten(picked, loose, limits.encoding)
+                    if summary_loose:
+                        tokens += summary_tokens(summary, limits) - summary_cost(summary, limits)
+                        summary_loose = False
+                    shown = with_count(shown, limits.encoding)
+                    t = shown.tokens
                 read_tokens += t
                 read_bytes += b
                 if (
@@ -196,6 +253,8 @@ def build_view(
                 ):
                     full = True
                     break
+                if counting and not shown.tokens:
+                    loose.append(len(picked))
                 picked.append(shown)
                 tokens += t
                 size += b
@@ -214,6 +273,22 @@ def build_view(
     picked.reverse()
     view = drop_orphans(picked)
     return view, max(0, len(view) - own)
+
+
+def _stored(message: Message) -> int:
+    return message.tokens
+
+
+def _tighten(messages: list[Message], loose: list[int], encoding: str) -> int:
+    """Count the messages at ``loose`` in place (emptying it); returns by how much their
+    exact counts are under the byte bounds they were costed at (zero or negative)."""
+    delta = 0
+    for i in loose:
+        counted = with_count(messages[i], encoding)
+        delta += counted.tokens - token_bound(messages[i])
+        messages[i] = counted
+    loose.clear()
+    return delta
 
 
 def _link(thread: Thread) -> tuple[str, int] | None:
@@ -236,11 +311,14 @@ def extend_view(
     Both keep the longest suffix that fits the bounds, then drop leading orphan tool
     results; so extending a current view is exact.
     """
-    return _extend(view, new, limits, summary, _usage(view))[0]
+    return _extend(view, new, limits, summary, _usage(view, limits.counts_tokens))[0]
 
 
-def _usage(view: Sequence[Message]) -> tuple[int, int]:
-    return sum(m.tokens for m in view), sum(message_bytes(m) for m in view)
+def _usage(view: Sequence[Message], counting: bool = True) -> tuple[int, int]:
+    """(tokens, bytes) of ``view``: stored counts, and byte bounds where uncounted when
+    its limits count tokens (else the stored counts alone: nothing is compared to them)."""
+    tokens = sum(cost(m) for m in view) if counting else sum(m.tokens for m in view)
+    return tokens, sum(message_bytes(m) for m in view)
 
 
 def _extend(
@@ -252,25 +330,33 @@ def _extend(
 ) -> tuple[tuple[Message, ...], tuple[int, int]]:
     """:func:`extend_view` plus the (tokens, bytes) of the result, given those of ``view``."""
     combined = list(view)
-    extra = summary_tokens(summary, limits)
+    counting = limits.counts_tokens
+    extra = summary_cost(summary, limits)
     tokens = usage[0] + extra
     size = usage[1] + summary_bytes(summary)
-    counting = limits.counts_tokens
     clip_at = clip_bytes(limits)
+    weigh = cost if counting else _stored
     for m in new:
         shown, b = _shown(m, limits, counting, clip_at)
         combined.append(shown)
-        tokens += shown.tokens
+        tokens += weigh(shown)
         size += b
+    if counting and tokens > limits.max_tokens:
+        # the byte bounds no longer prove the fit: count what was not, exactly, to decide
+        loose = [i for i, m in enumerate(combined) if not m.tokens]
+        tokens += _tighten(combined, loose, limits.encoding)
+        exact = summary_tokens(summary, limits)
+        tokens += exact - extra
+        extra = exact
     start = 0
     while start < len(combined) and (
         len(combined) - start > limits.max_messages or tokens > limits.max_tokens or size > limits.max_bytes
     ):
-        tokens -= combined[start].tokens
+        tokens -= weigh(combined[start])
         size -= message_bytes(combined[start])
         start += 1
     while start < len(combined) and combined[start].role == "tool":
-        tokens -= combined[start].tokens
+        tokens -= weigh(combined[start])
         size -= message_bytes(combined[start])
         start += 1
     return tuple(combined[start:]), (tokens - extra, size - summary_bytes(summary))

@@ -7,6 +7,7 @@ so its memory is bounded however many slices run.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -15,6 +16,8 @@ class LatencyRecorder:
 
     def __init__(self, capacity: int = 8192, seed: int = 0) -> None:
         self.capacity = capacity
+        #: called with every duration added (the Prometheus exporter feeds a histogram)
+        self.sinks: list[Callable[[float], None]] = []
         self.count = 0
         self.total = 0.0
         self._sample: list[float] = []
@@ -24,6 +27,8 @@ class LatencyRecorder:
         """Record one duration."""
         self.count += 1
         self.total += seconds
+        for sink in self.sinks:
+            sink(seconds)
         if len(self._sample) < self.capacity:
             self._sample.append(seconds)
         else:
@@ -66,3 +71,5 @@ class RuntimeStats:
     tool_retries: int = 0
     tool_failures: int = 0
     slice_latency: LatencyRecorder = field(default_factory=LatencyRecorder)
+    model_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one model call
+    tool_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one tool call, inline or async

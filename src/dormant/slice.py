@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .context import extend_view
 from .models.base import ModelReply, ModelRequest
 from .records import (
     CommitPlan,
@@ -30,6 +31,7 @@ from .records import (
     SliceLoad,
     Summary,
     ToolCall,
+    ViewLimits,
 )
 from .tools import ToolBox, ToolSpec
 
@@ -109,8 +111,10 @@ class Turn:
         max_rounds: int,
         now: float,
         summary: Summary | None = None,
+        limits: ViewLimits | None = None,
     ) -> None:
         self.thread = load.thread
+        self.limits = limits
         self.token = token
         self.system = system
         self.tools = tools
@@ -146,11 +150,20 @@ class Turn:
         return self.thread.last_seq + len(self._new) + 1
 
     def request(self) -> ModelRequest:
-        """The model request for the next round: system prompt, view, new messages."""
+        """The model request for the next round: system prompt, view, new messages.
+
+        Under ``limits`` (the prompt budget, :mod:`dormant.budget`) the new messages are
+        held to the same rule as history: each one over a share of the budget is shown
+        as head + tail, and the oldest messages drop out first (never a tool call
+        without its results) until the whole request fits. The plan keeps them whole.
+        """
+        messages = self._view + tuple(self._new)
+        if self.limits is not None:
+            messages = extend_view(self._view, self._new, self.limits, self._summary)
         return ModelRequest(
             thread_id=self.thread.id,
             system=self.system,
-            messages=self._view + tuple(self._new),
+            messages=messages,
             tools=self.tools.schemas,
             summary=self._summary.content if self._summary is not None else None,
         )

@@ -1,5 +1,6 @@
-"""``dormant bench scale`` end to end, tiny: the outputs issue 3 names, and whether the
-agent's limits counted tokens (a byte cap under a quarter of the token budget: no)."""
+"""``dormant bench scale`` end to end, tiny: the outputs issue 3 names, whether the
+agent's limits counted tokens (a byte cap under a quarter of the token budget: no), and
+on PostgreSQL the bytes of the store's tables (issue 11)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import csv
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
+from dormant.bench.pg import schema_bytes
 from dormant.cli import app
+from tests.pg import PgServer
 
 KEYS = {
     "store",
@@ -55,3 +59,53 @@ def test_bench_scale_writes_its_outputs_and_says_whether_tokens_were_counted(
     assert rows[0] == ["agents", "rss_bytes", "elapsed_s", "db_bytes"]
     assert [int(r[0]) for r in rows[1:]] == [6, 12]
     assert (out / "rss.png").stat().st_size > 0
+
+
+def test_bench_scale_under_the_default_view_never_loads_the_tokenizer(tmp_path: Path) -> None:
+    """Issue 13: 256 KiB views could pass a 128k window's budget, so the limits count;
+    but no agent_scale view comes near it, so no count is ever needed."""
+    out = tmp_path / "scale"
+    args = ["bench", "scale", "--store", "sqlite", "--agents", "8", "--turns", "20", "--wave", "8"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completions"] == 8 * 20 * 2
+    assert summary["counts_tokens"] is True, "the byte cap alone does not prove the fit"
+    assert summary["tokenizer_loaded"] is False
+
+
+def test_bench_scale_on_postgres_reports_the_database_bytes_of_its_tables(
+    tmp_path: Path, pg: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DORMANT_BENCH_PG_DSN", pg.url)  # the run makes (and drops) its own schema
+    out = tmp_path / "scale"
+    args = ["bench", "scale", "--store", "postgres", "--agents", "6", "--turns", "2", "--wave", "3"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completions"] == 6 * 2 * 2
+    # tables + indexes + TOAST in 8 KiB pages: more than the conversation text itself
+    assert summary["db_bytes_per_agent"] > summary["raw_bytes_per_agent"] > 0
+    assert summary["db_bytes"] % 8192 == 0
+    with open(out / "waves.csv") as handle:
+        waves = [int(r["db_bytes"]) for r in csv.DictReader(handle)]
+    assert len(waves) == 2 and 0 < waves[0] <= waves[1] <= summary["db_bytes"]
+
+
+def test_schema_bytes_sums_every_table_of_the_schema_with_its_indexes_and_toast(pg_url: str) -> None:
+    assert schema_bytes(pg_url) == 0, "a fresh schema holds no table"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE a (id bigint PRIMARY KEY, body text)")
+        empty = schema_bytes(pg_url)
+        conn.execute("INSERT INTO a SELECT g, repeat('x', 500) FROM generate_series(1, 2000) g")
+        one = schema_bytes(pg_url)
+        conn.execute("CREATE TABLE b (body text)")
+        conn.execute("INSERT INTO b SELECT string_agg(md5(g::text), '') FROM generate_series(1, 20000) g")
+        row = conn.execute(
+            "SELECT pg_total_relation_size('a') + pg_total_relation_size('b'),"
+            " pg_relation_size('a') + pg_relation_size('b')"
+        ).fetchone()
+    assert row is not None
+    assert 0 < empty < one, "the primary key index counts even before any row"
+    assert one >= 2000 * 500
+    assert schema_bytes(pg_url) == row[0] > row[1], "indexes and TOAST are counted, not only the heap"

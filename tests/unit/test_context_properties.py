@@ -34,10 +34,12 @@ from dormant.context import (
     MIN_CLIP_TOKENS,
     build_view,
     clip,
+    cost,
     extend_view,
     message_bytes,
     message_tokens,
     summary_bytes,
+    summary_cost,
     summary_tokens,
     with_count,
 )
@@ -322,7 +324,9 @@ def check_clipped(shown: Message, original: Message, limits: ViewLimits) -> None
         original = with_count(original, limits.encoding)
     small = message_bytes(original) <= max_bytes and (not counting or original.tokens <= max_tokens)
     if small:
-        assert shown == original, "a message within the clip bounds is shown as stored"
+        # as stored; counted only if its byte bound could not prove it small enough
+        assert msgspec.structs.replace(shown, tokens=original.tokens) == original, "shown as stored"
+        assert shown.tokens in (0, original.tokens)
         return
     # the same message, only its text (and its count) changed
     assert msgspec.structs.replace(shown, content=original.content, tokens=original.tokens) == original
@@ -359,9 +363,15 @@ def check_view(
         assert view == ()
     assert not view or tokens <= limits.max_tokens, "within the token budget, counted or not"
     assert not view or size <= limits.max_bytes
-    # the counts the budget adds up are the real ones (as shown, for a clipped message)
+    # the counts the budget adds up are the real ones (as shown, for a clipped message), or
+    # none where the byte bounds proved the fit: what the view is taken to cost fits too
     if limits.counts_tokens:
-        assert all(m.tokens == COUNTER.message(m) for m in view)
+        assert all(m.tokens in (0, COUNTER.message(m)) for m in view)
+        assert (
+            not view
+            or summary_cost(summary, limits) + sum(cost(m) for m in view) <= limits.max_tokens
+            or (summary_tokens(summary, limits) + sum(message_tokens(m) for m in view) <= limits.max_tokens)
+        )
 
     # a contiguous suffix of what the thread may see (so nothing the summary covers, nothing
     # past a spawn point), each message as stored or clipped
@@ -392,12 +402,15 @@ def check_view(
     while orphans < len(before) and before[-1 - orphans].role == "tool":
         orphans += 1
 
+    def exact(m: Message) -> int:  # what the builder decides on: exact counts where they matter
+        return message_tokens(m) if limits.counts_tokens else m.tokens
+
     def stopped(k: int) -> bool:
         window = [clip(m, limits) for _, m in visible[len(visible) - k - 1 :]]
         return (
             k == len(visible)
             or k + 1 > limits.max_messages
-            or summary_tokens(summary, limits) + sum(m.tokens for m in window) > limits.max_tokens
+            or summary_tokens(summary, limits) + sum(exact(m) for m in window) > limits.max_tokens
             or summary_bytes(summary) + sum(message_bytes(m) for m in window) > limits.max_bytes
         )
 
@@ -411,6 +424,11 @@ def check_view(
     assert len(keys) <= limits.max_messages + 1
     if world.fetches:
         assert len(keys) - len(view) <= world.fetches[-1].limit + orphans
+
+
+def uncounted(view: Sequence[Message]) -> tuple[Message, ...]:
+    """``view`` with every count dropped (to compare what two views show)."""
+    return tuple(msgspec.structs.replace(m, tokens=0) for m in view)
 
 
 # -- properties --------------------------------------------------------------------------
@@ -445,12 +463,16 @@ def test_extending_a_view_equals_rebuilding_it(world: World, limits: ViewLimits,
     check_view(world, limits, before, inherited_before, last_seq=k)
     after, inherited = world.build(limits)
 
-    assert extend_view(before, own[k:], limits, world.summary) == after
+    # the same messages; which of them carry a count may differ (each counted only when
+    # its byte bound could not prove the fit, and exactly then)
+    assert uncounted(extend_view(before, own[k:], limits, world.summary)) == uncounted(after)
 
     cache = ViewCache(max_bytes=10**9)
     cache.put(world.thread(k), limits, before, world.summary, inherited_before)
     cache.advance(world.own_id, own[k:])
-    assert cache.get(world.thread(), limits) == (after, world.summary, inherited)
+    got = cache.get(world.thread(), limits)
+    assert got is not None
+    assert (uncounted(got[0]), got[1], got[2]) == (uncounted(after), world.summary, inherited)
     text = sum(message_bytes(m) for m in after) + summary_bytes(world.summary)
     assert cache.bytes == text + MESSAGE_OVERHEAD * (len(after) + 1), "charged for what it holds"
 

@@ -1,4 +1,4 @@
-"""``dormant bench`` commands: ``scale``, ``plot`` and ``chaos``."""
+"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context`` and ``governor``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .plot import plot_runs
+from .extra import bench_extra_message
 from .scale import load_summary
 
 bench_app = typer.Typer(help="Benchmarks that print figures and write CSV/JSON/PNG.", no_args_is_help=True)
@@ -29,12 +30,21 @@ SHOWN = (
     "db_bytes_per_agent",
     "raw_bytes_per_agent",
     "counts_tokens",
+    "tokenizer_loaded",
     "slice_p50_ms",
     "slice_p95_ms",
     "slice_p99_ms",
     "turn_latency_first_ms",
     "turn_latency_last_ms",
 )
+
+
+def _require_extra(command: str) -> None:
+    """Exit 2 with what to install when the ``bench`` extra is missing (before any work)."""
+    message = bench_extra_message(command)
+    if message is not None:
+        console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+        raise typer.Exit(2)
 
 
 def _run_one(kind: str, params: dict[str, object], out: Path) -> dict[str, object]:
@@ -120,6 +130,9 @@ def scale(
     One store writes ``OUT/summary.json``, ``OUT/waves.csv`` and ``OUT/rss.png``;
     several write ``OUT/<store>/...`` and one chart ``OUT/rss.png`` with a line each.
     """
+    _require_extra("dormant bench scale")
+    from .plot import plot_runs
+
     kinds = store or ["sqlite"]
     for kind in kinds:
         if kind not in STORES:
@@ -158,6 +171,7 @@ def context(
     Prints per-slice latency, history read from the store and RSS around message 100
     and at the end, and for a 1 MB and a BLOB_MB output; writes ``OUT/summary.json``.
     """
+    _require_extra("dormant bench context")
     if store not in ("sqlite", "postgres"):
         console.print("[red]error:[/] --store must be sqlite or postgres")
         raise typer.Exit(2)
@@ -190,6 +204,9 @@ def plot(
     ),
 ) -> None:
     """Merge several `bench scale` runs into one RSS-against-agents chart."""
+    _require_extra("dormant bench plot")
+    from .plot import plot_runs
+
     try:
         chart = plot_runs(runs, out)
     except FileNotFoundError as exc:
@@ -218,6 +235,7 @@ def chaos(
 
     Writes ``OUT/summary.json`` (and ``OUT/runs.csv``); exits 1 if any check fails.
     """
+    _require_extra("dormant bench chaos")
     from .chaos import ChaosConfig, run_chaos
 
     config = ChaosConfig(
@@ -258,3 +276,49 @@ def chaos(
         soft_wrap=True,
     )
     raise typer.Exit(1)
+
+
+@bench_app.command("governor")
+def governor(
+    threads: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_THREADS")] = 24,
+    turns: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_TURNS")] = 3,
+    concurrency: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CONCURRENCY")] = 8,
+    hog_mb: Annotated[
+        int, typer.Option(min=1, envvar="DORMANT_BENCH_HOG_MB", help="MiB each tool call holds.")
+    ] = 64,
+    headroom_mb: Annotated[
+        int,
+        typer.Option(min=16, envvar="DORMANT_BENCH_HEADROOM_MB", help="Hard limit: start-up RSS + this."),
+    ] = 256,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/governor"),
+) -> None:
+    """Tools that allocate far more than the hard limit allows; a 10 ms RSS watcher process.
+
+    Writes ``OUT/summary.json``; exits 1 unless max RSS <= the hard limit and no input is lost.
+    """
+    from .governor import GovernorBenchConfig, launch
+
+    config = GovernorBenchConfig(
+        out=str(out),
+        threads=threads,
+        turns=turns,
+        concurrency=concurrency,
+        hog_mb=hog_mb,
+        headroom_mb=headroom_mb,
+    )
+    console.print(
+        f"governor: {threads} threads x {turns} turns, {hog_mb} MiB a tool call, concurrency "
+        f"{concurrency}, hard limit = start-up RSS + {headroom_mb} MiB, out {out}"
+    )
+    summary = launch(config)
+    table = Table(title="governor")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in _flatten({k: v for k, v in summary.items() if k != "config"}):
+        table.add_row(key, str(value))
+    console.print(table)
+    console.print(f"wrote {out / 'summary.json'}")
+    if not summary["passed"]:
+        console.print("[red]FAIL[/]: RSS passed the hard limit or an input was lost")
+        raise typer.Exit(1)
+    console.print("PASS: RSS stayed under the hard limit and every input was answered")

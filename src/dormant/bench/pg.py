@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..store.postgres_embedded import EmbeddedPostgres, with_schema
+from ..store.postgres.embedded import EmbeddedPostgres, with_schema
 
 ENV = ("DORMANT_BENCH_PG_DSN", "DORMANT_TEST_PG_DSN")
 
@@ -53,3 +53,26 @@ def bench_postgres_url() -> str:
 
     atexit.register(drop)  # registered last, so it runs before the embedded server stops
     return with_schema(dsn, schema)
+
+
+#: every table of the run's schema (relkind r, p: plain and partitioned), with its indexes
+#: and TOAST (pg_total_relation_size), whatever tables the store's migrations created
+SCHEMA_BYTES = """
+SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+"""
+
+
+def schema_bytes(url: str) -> int:
+    """Bytes the tables of ``url``'s schema (the first of its search path) take in the database.
+
+    Tables, their indexes and TOAST, summed, as PostgreSQL counts them
+    (``pg_total_relation_size``); read on a connection of its own, so it does not depend on
+    the store. Raises ``psycopg.Error`` when the server cannot answer: a benchmark figure is
+    never silently zero.
+    """
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(SCHEMA_BYTES).fetchone()
+    return int(row[0]) if row else 0

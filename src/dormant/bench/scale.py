@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import tokens
 from ..agent import Agent
 from ..config import Settings
 from ..models.scripted import ScriptedModel, tool_round_trip
@@ -157,6 +158,8 @@ class ScaleResult:
     #: whether the agent's limits count tokens (ViewLimits.counts_tokens), and its token budget
     counts_tokens: bool = False
     view_tokens: int = 0
+    #: whether any view needed an exact count, so the tokenizer (~43 MB) was loaded
+    tokenizer_loaded: bool = False
     turn_latency_ms: list[float] = field(default_factory=list)
     waves: list[WaveRow] = field(default_factory=list)
 
@@ -177,6 +180,16 @@ def store_url(kind: str, workdir: Path) -> str:
 def disk_bytes(workdir: Path) -> int:
     """Bytes of the SQLite file and its WAL in ``workdir``."""
     return sum(p.stat().st_size for p in workdir.glob("scale.db*") if p.is_file())
+
+
+def db_bytes(kind: str, url: str, workdir: Path) -> int:
+    """Bytes the store of a run takes: the SQLite file + WAL, PostgreSQL's tables (with
+    indexes and TOAST) in the run's schema, 0 for the in-RAM baseline."""
+    if kind == "postgres":
+        from .pg import schema_bytes
+
+        return schema_bytes(url)
+    return disk_bytes(workdir)
 
 
 async def run_scale(
@@ -232,14 +245,14 @@ async def run_scale(
                     agents=first + len(ids),
                     rss_bytes=rss_bytes(),
                     elapsed_s=round(time.perf_counter() - started, 3),
-                    db_bytes=disk_bytes(workdir),
+                    db_bytes=db_bytes(kind, url, workdir),
                 )
             )
         elapsed = time.perf_counter() - started
         stats = rt.stats
-        commits = int(getattr(rt.store, "commits", 0))
+        commits = rt.store.commits
         limits = next(iter(rt.limits.values()))
-    db = disk_bytes(workdir)
+    db = db_bytes(kind, url, workdir)  # a PostgreSQL run's schema is dropped only at exit
     lat = stats.slice_latency
     result = ScaleResult(
         store=kind,
@@ -265,6 +278,7 @@ async def run_scale(
         store_commits=commits,
         counts_tokens=limits.counts_tokens,
         view_tokens=limits.max_tokens,
+        tokenizer_loaded=tokens.encoding.cache_info().currsize > 0,
         turn_latency_ms=[round(statistics.fmean(turn_times[t]) * 1000, 2) for t in sorted(turn_times)],
         waves=rows,
     )

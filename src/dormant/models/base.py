@@ -21,6 +21,31 @@ from ..tokens import check_encoding
 DEFAULT_MAX_OUTPUT = 4_096
 
 
+class ChatOverhead(msgspec.Struct, frozen=True, kw_only=True):
+    """What a model adapter's chat format costs besides the text it carries, in tokens.
+
+    The prompt budget (:mod:`dormant.budget`) counts these for every request; an adapter
+    declares its own as a ``chat_overhead`` attribute (models without one are taken to
+    use :data:`OPENAI_CHAT`). A stored message count already includes
+    :data:`dormant.tokens.MESSAGE_OVERHEAD` a message: a format that costs more a message
+    has the difference reserved for every message a view may hold.
+    """
+
+    #: framing of one message (``<|start|>role<|message|>...<|end|>`` besides the role)
+    message: int = 3
+    #: priming of the reply, once per request (``<|start|>assistant<|message|>``)
+    reply: int = 3
+    #: what the adapter adds to the summary's text when it sends it (a bound, in tokens)
+    summary: int = 0
+
+
+#: OpenAI-style Chat Completions: 3 tokens a message, 3 for the reply, and what the
+#: adapter adds around the summary (:func:`dormant.models.wire.wire_messages`): a fixed
+#: prefix inside the one system message, and for a strict template the one user message
+#: it may put first (UTF-8 bytes bound their tokens; checked by tests/unit/test_budget.py).
+OPENAI_CHAT = ChatOverhead(message=3, reply=3, summary=128)
+
+
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One completion request: system prompt, bounded view, tool schemas."""
 

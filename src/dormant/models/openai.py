@@ -35,7 +35,7 @@ import msgspec
 
 from ..errors import ModelError
 from ..tokens import encoding_for_model
-from .base import ModelEvent, ModelRequest, check_limits
+from .base import OPENAI_CHAT, ModelEvent, ModelRequest, check_limits
 from .breaker import CircuitBreaker, breaker_for
 from .sse import MAX_LINE_BYTES, Retry, error_message, events, read_capped
 from .wire import SUMMARY_PREFIX, Dialect, dialect_for, wire_messages
@@ -94,6 +94,9 @@ class OpenAIChatModel:
     ``breaker``: the endpoint's circuit breaker (default: the process-wide one of
     ``base_url``).
     """
+
+    #: the chat format's token overhead, counted by the prompt budget (``SUMMARY_PREFIX`` within it)
+    chat_overhead = OPENAI_CHAT
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from ..records import ToolCall
 from ..tokens import DEFAULT_ENCODING
 from .base import (
+    OPENAI_CHAT,
     ModelEvent,
     ModelReply,
     ModelRequest,
@@ -35,6 +36,9 @@ class ScriptedModel:
     Raises :class:`~dormant.errors.UsageError` for an impossible budget or an unknown
     encoding.
     """
+
+    #: prompts are budgeted as for an OpenAI-style chat server (see :class:`~.base.ChatOverhead`)
+    chat_overhead = OPENAI_CHAT
 
     def __init__(
         self,

@@ -1,0 +1,35 @@
+"""The Prometheus exporter: totals kept elsewhere are mirrored once, histograms fed by events."""
+
+from __future__ import annotations
+
+from dormant import Agent, Runtime
+from dormant.config import Settings
+from dormant.exporter import Exporter, render
+from dormant.models import echo_model
+
+
+def sample(body: str, name: str) -> float:
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} missing")
+
+
+async def test_refresh_mirrors_totals_without_counting_twice() -> None:
+    settings = Settings.build(store="memory://", memory_limit="4G", poll_s=0.01)
+    async with Runtime("memory://", [Agent(name="a", model=echo_model())], settings=settings) as rt:
+        exporter = Exporter(rt, status_ttl_s=0)
+        await rt.send("t", "hi", key="k")
+        await rt.run_until_idle(timeout=10)
+        first, ctype = await render(exporter)
+        second, _ = await render(exporter)
+        assert ctype.startswith("text/plain")
+        for body in (first.decode(), second.decode()):
+            assert sample(body, "dormant_slices_total") == 1
+            assert sample(body, "dormant_slice_seconds_count") == 1
+            assert sample(body, "dormant_model_seconds_count") == 1
+            assert sample(body, "dormant_memory_hard_limit_bytes") == 4 * 1024**3
+            assert sample(body, 'dormant_backlog_inputs{priority="P1"}') == 0
+        rt.stats.slices += 2
+        third, _ = await render(exporter)
+        assert sample(third.decode(), "dormant_slices_total") == 3
