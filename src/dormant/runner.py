@@ -5,7 +5,9 @@ call the model (collected in a turn buffer) → run inline tools → loop (bound
 commit the plan in one transaction → forget. A failed slice commits nothing: its
 inputs stay pending and the thread is retried after a backoff; after
 ``model_retries`` failures in a row the thread is marked failed, with the reason in
-its ``error``, until ``dormant retry``.
+its ``error``, until ``dormant retry``. A prompt the server refuses as over its
+window is tried once more within half the view budget before it counts; a model
+endpoint that is down (``ModelError.outage``) makes the thread wait, uncounted.
 
 A store that cannot take the commit for now (locked by another process, full,
 overloaded) is not the thread's fault: the slice is retried later without counting a
@@ -176,6 +178,24 @@ class SliceRunner:
         if agent is None:
             raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
         limits = self.limits[agent.name]
+        try:
+            await self._attempt(claim, agent, limits)
+        except ModelError as exc:
+            if not exc.context_overflow:
+                raise
+            # issue 14: the server counted the prompt over its window; once more with half
+            # the view (compacted if messages drop out), and only then is it a failure
+            self.stats.context_overflows += 1
+            log.warning(
+                "slice_context_overflow thread=%s: retrying once with a smaller view: %s",
+                claim.thread_id,
+                exc,
+                extra={"thread_id": claim.thread_id, "error": clean(str(exc))},
+            )
+            await self._attempt(claim, agent, compaction.after_overflow(limits))
+
+    async def _attempt(self, claim: Claim, agent: Agent, limits: ViewLimits) -> None:
+        """Load a view within ``limits``, run the turn, commit it."""
         load = await self.store.load_slice(claim, limits)
         # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
         counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None

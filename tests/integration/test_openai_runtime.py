@@ -81,3 +81,53 @@ async def test_an_empty_reply_and_reused_tool_call_ids_do_not_break_the_thread(
     assert (last[5]["tool_call_id"], last[9]["tool_call_id"]) == (first_id, second_id)
     assert json.loads(last[4]["tool_calls"][0]["function"]["arguments"]) == {"a": 1, "b": 2}
     assert server.received[0].body["max_tokens"] == model.max_output_tokens
+
+
+def overflow_reply() -> Reply:
+    error = {"error": {"message": "Input too long", "code": "context_length_exceeded"}}
+    return Reply(status=400, chunks=[json.dumps(error).encode()])
+
+
+async def test_a_context_overflow_is_retried_once_with_a_smaller_view(
+    store_url: str, server: ScriptServer
+) -> None:
+    model = OpenAIChatModel(model="m", base_url=server.base_url, max_retries=0)
+    agent = Agent(name="a", model=model, builtins=False)
+    try:
+        async with Runtime(store_url, [agent], settings=fast_settings(view_messages=8)) as rt:
+            for n in range(3):
+                server.script(text_reply(f"answer {n}"))
+                await rt.send("t", f"question {n}", key=f"k{n}")
+                await rt.run_until_idle(timeout=20)
+            refused = len(server.received)
+            # the refusal, then whatever the smaller view needs (a summary, the answer)
+            server.script(overflow_reply(), *(text_reply("after overflow") for _ in range(3)))
+            await rt.send("t", "question 3", key="k3")
+            await rt.run_until_idle(timeout=20)
+            thread = await rt.thread("t")
+            assert (thread.status, thread.failures) == ("active", 0), "an overflow retried is no failure"
+            assert rt.stats.context_overflows == 1
+            history = await all_messages(rt.store, "t")
+            check_history(history)
+            assert [m.content for m in history if m.role == "user"].count("question 3") == 1
+            assert [m.content for m in history if m.role == "assistant"][-1] == "after overflow"
+    finally:
+        await model.aclose()
+    bodies = [r.body["messages"] for r in server.received[refused:]]
+    assert len(bodies[-1]) < len(bodies[0]), "the retry sends a smaller view"
+
+
+async def test_a_second_context_overflow_fails_the_thread(store_url: str, server: ScriptServer) -> None:
+    model = OpenAIChatModel(model="m", base_url=server.base_url, max_retries=0)
+    agent = Agent(name="a", model=model, builtins=False)
+    server.script(overflow_reply(), overflow_reply(), text_reply("never asked"))
+    try:
+        async with Runtime(store_url, [agent], settings=fast_settings()) as rt:
+            await rt.send("t", "question", key="k")
+            await rt.run_until_idle(timeout=20)
+            thread = await rt.thread("t")
+            assert thread.status == "failed" and "Input too long" in (thread.error or "")
+            assert rt.stats.context_overflows == 1
+    finally:
+        await model.aclose()
+    assert len(server.received) == 2, "retried once, not more"
