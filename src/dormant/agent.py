@@ -18,6 +18,11 @@ class Agent:
     ``read_blob`` (pages through a large tool output stored as a blob).
     ``compaction_prompt`` replaces :data:`dormant.compaction.DEFAULT_PROMPT`; a
     ``{max_words}`` in it is filled in.
+
+    ``max_spawn_depth`` and ``max_children`` bound ``spawn_thread``: a thread that many
+    spawns deep may not spawn, and a thread may not spawn more than ``max_children``
+    children (counted over its view and the running slice); the model is told so as a
+    tool error.
     """
 
     name: str
@@ -26,11 +31,15 @@ class Agent:
     tools: Sequence[ToolSpec] = ()
     builtins: bool = True
     compaction_prompt: str | None = None
+    max_spawn_depth: int = 3
+    max_children: int = 8
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
             raise UsageError("an agent needs a name")
+        if self.max_spawn_depth < 0 or self.max_children < 0:
+            raise UsageError("max_spawn_depth and max_children must not be negative")
         from .builtins import BUILTIN_TOOLS
 
         tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])

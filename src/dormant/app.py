@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from .agent import Agent
 from .errors import UsageError
-from .models import echo_model
+from .models import ScriptedModel, echo_model, echo_script
 from .models.base import Model
 
 #: Name of the built-in agent used when no ``--app`` is given.
@@ -26,29 +26,56 @@ SCRIPTED = "scripted"
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
 
-def builtin_model(name: str, *, base_url: str = DEFAULT_BASE_URL) -> Model:
+def builtin_model(
+    name: str,
+    *,
+    base_url: str = DEFAULT_BASE_URL,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+) -> Model:
     """The model called ``name``: ``scripted`` (echo) or an OpenAI-compatible model.
 
-    The OpenAI adapter reads its API key from ``DORMANT_API_KEY`` or ``OPENAI_API_KEY``.
-    Raises :class:`UsageError` for an empty name or a bad base URL.
+    The OpenAI adapter reads its API key from ``DORMANT_API_KEY`` or ``OPENAI_API_KEY``;
+    ``context_window`` and ``max_output_tokens`` are its declared budget (defaults:
+    the adapter's). Raises :class:`UsageError` for an empty name, a bad base URL or an
+    impossible budget.
     """
     name = name.strip()
     if not name:
         raise UsageError("--model must name a model (or 'scripted' for the echo model)")
+    window = 128_000 if context_window is None else context_window
     if name == SCRIPTED:
-        return echo_model()
+        if context_window is None and max_output_tokens is None:
+            return echo_model()
+        return ScriptedModel(
+            echo_script, name="scripted-echo", context_window=window, max_output_tokens=max_output_tokens
+        )
     if not base_url.startswith(("http://", "https://")):
         raise UsageError(f"--base-url must be an http(s) URL, not {base_url!r}")
     from .models.openai import OpenAIChatModel
 
-    return OpenAIChatModel(model=name, base_url=base_url)
+    return OpenAIChatModel(
+        model=name, base_url=base_url, context_window=window, max_output_tokens=max_output_tokens
+    )
 
 
-def builtin_agents(model: str, *, base_url: str = DEFAULT_BASE_URL, system: str | None = None) -> list[Agent]:
-    """The one built-in agent, ``assistant``, running ``model``."""
+def builtin_agents(
+    model: str,
+    *,
+    base_url: str = DEFAULT_BASE_URL,
+    system: str | None = None,
+    builtins: bool = True,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+) -> list[Agent]:
+    """The one built-in agent, ``assistant``, running ``model`` (with the built-in
+    tools unless ``builtins`` is false)."""
+    chosen = builtin_model(
+        model, base_url=base_url, context_window=context_window, max_output_tokens=max_output_tokens
+    )
     if system is None:
-        return [Agent(name=DEFAULT_AGENT, model=builtin_model(model, base_url=base_url))]
-    return [Agent(name=DEFAULT_AGENT, model=builtin_model(model, base_url=base_url), system_prompt=system)]
+        return [Agent(name=DEFAULT_AGENT, model=chosen, builtins=builtins)]
+    return [Agent(name=DEFAULT_AGENT, model=chosen, system_prompt=system, builtins=builtins)]
 
 
 def load_app(spec: str) -> list[Agent]:
@@ -111,11 +138,21 @@ def load_agents(
     model: str = SCRIPTED,
     base_url: str = DEFAULT_BASE_URL,
     system: str | None = None,
+    builtins: bool = True,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
 ) -> list[Agent]:
     """The CLI's agents: from ``app`` when given, else the built-in ``assistant``.
 
-    ``model``, ``base_url`` and ``system`` configure the built-in agent only.
+    The other arguments configure the built-in agent only.
     """
     if app:
         return load_app(app)
-    return builtin_agents(model, base_url=base_url, system=system)
+    return builtin_agents(
+        model,
+        base_url=base_url,
+        system=system,
+        builtins=builtins,
+        context_window=context_window,
+        max_output_tokens=max_output_tokens,
+    )

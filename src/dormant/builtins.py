@@ -7,6 +7,7 @@ that commit with the slice, in its transaction (``read_blob`` only reads).
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime
 
 from .blobs import whole_chars
@@ -43,6 +44,16 @@ def child_id(parent: str, call_id: str) -> str:
     return bounded(f"{parent}/{call_id}", MAX_THREAD_ID_BYTES)
 
 
+#: A path segment of a child thread's id: ``<call id>`` as the slice stores it (``x.<seq>.<index>``).
+_CHILD_SEGMENT = re.compile(r"^.+\.\d+\.\d+$")
+
+
+def spawn_depth(thread_id: str) -> int:
+    """How many spawns deep ``thread_id`` is: its id is its parent's id, ``/`` and the
+    spawning call's id (a root id that looks like that counts too: the limit errs strict)."""
+    return sum(1 for segment in thread_id.split("/")[1:] if _CHILD_SEGMENT.match(segment))
+
+
 def spawn_thread(task: str, ctx: ToolContext, agent: str | None = None) -> str:
     """Start a child thread on ``task``. The child sees this thread's history up to now
     (by reference, not copied) and answers with report_to_parent; the report arrives
@@ -50,6 +61,17 @@ def spawn_thread(task: str, ctx: ToolContext, agent: str | None = None) -> str:
     name = agent or ctx.agent
     if ctx.agents and name not in ctx.agents:
         return f"error: unknown agent {name!r}; known agents: {', '.join(sorted(ctx.agents))}"
+    depth = spawn_depth(ctx.thread_id)
+    if depth >= ctx.max_spawn_depth:
+        return (
+            f"error: this thread is {depth} spawns deep, the limit is {ctx.max_spawn_depth}; "
+            "do the task here instead of spawning"
+        )
+    if ctx.children >= ctx.max_children:
+        return (
+            f"error: this thread already spawned {ctx.children} threads, the limit is "
+            f"{ctx.max_children}; wait for their reports or do the task here"
+        )
     child = child_id(ctx.thread_id, ctx.call_id)
     ctx.spawn(NewThread(id=child, agent=name, parent_id=ctx.thread_id, parent_seq=ctx.message_seq - 1))
     key = bounded(f"spawn:{ctx.call_id}", MAX_DEDUP_KEY_BYTES)

@@ -58,6 +58,7 @@ from .cli_base import (
     when,
 )
 from .cli_history import export, show
+from .cli_retry import AllFailedOpt, BuiltinsOpt, ContextWindowOpt, MaxOutputOpt, SinceOpt, print_retry_all
 from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
@@ -392,15 +393,27 @@ def chat(
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
     max_chars: MaxCharsOpt = 4000,
+    context_window: ContextWindowOpt = None,
+    max_output: MaxOutputOpt = None,
+    builtins: BuiltinsOpt = False,
 ) -> None:
     """Talk to a thread: each line of stdin is sent, run until idle, and the replies printed.
 
-    Works with piped stdin; ends on EOF or /quit.
+    Works with piped stdin; ends on EOF or /quit. The built-in agent has no built-in
+    tools unless --builtins is given.
     """
     interactive = sys.stdin.isatty()
     try:
         settings = settings_for(store, concurrency=concurrency)
-        agents = agents_for(app_spec, model, base_url, system)
+        agents = agents_for(
+            app_spec,
+            model,
+            base_url,
+            system,
+            builtins=builtins,
+            context_window=context_window,
+            max_output_tokens=max_output,
+        )
         with asyncio.Runner() as runner:
             rt = Runtime(settings.store, agents, settings=settings)
             runner.run(rt.open())
@@ -608,11 +621,22 @@ def status(
 
 
 @app.command()
-def retry(thread: Annotated[str, typer.Argument(help="Thread id.")], store: StoreOpt = DEFAULT_STORE) -> None:
+def retry(
+    thread: Annotated[str | None, typer.Argument(help="Thread id (or --all-failed).")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+    all_failed: AllFailedOpt = False,
+    since: SinceOpt = None,
+) -> None:
     """Reactivate a failed thread; its pending inputs run on the next `dormant run`."""
+    if (thread is None) == (not all_failed) or (since is not None and not all_failed):
+        fail(UsageError("give a thread id, or --all-failed [--since ...]"))
 
     async def go() -> None:
         async with opened_store(settings_for(store)) as st:
+            if all_failed:
+                await print_retry_all(st, since)
+                return
+            assert thread is not None
             before = await st.get_thread(thread)
             row = await st.retry_thread(thread)
         if before.status == "failed":

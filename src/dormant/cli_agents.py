@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -52,9 +52,12 @@ ConcurrencyOpt = Annotated[
 ]
 
 
-def agents_for(app_spec: str | None, model: str, base_url: str, system: str | None) -> list[Agent]:
-    """The agents this invocation hosts (see :mod:`dormant.app`)."""
-    return load_agents(app_spec, model=model, base_url=base_url, system=system)
+def agents_for(
+    app_spec: str | None, model: str, base_url: str, system: str | None, **options: Any
+) -> list[Agent]:
+    """The agents this invocation hosts (see :mod:`dormant.app`; ``options`` go to
+    :func:`~dormant.app.load_agents`)."""
+    return load_agents(app_spec, model=model, base_url=base_url, system=system, **options)
 
 
 async def close_models(agents: Sequence[Agent]) -> None:

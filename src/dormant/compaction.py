@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from .context import cost, message_bytes, message_tokens
 from .models.base import ModelRequest
 from .records import Message, SliceLoad, Summary, ViewLimits
@@ -72,13 +74,16 @@ def pending_calls(messages: Sequence[Message]) -> set[str]:
     return open_calls
 
 
-def cut_index(own: Sequence[Message], keep_tokens: int, keep_bytes: int) -> int | None:
+def cut_index(
+    own: Sequence[Message], keep_tokens: int, keep_bytes: int, keep_messages: int | None = None
+) -> int | None:
     """Index in ``own`` (the thread's own messages of a view, oldest first) of the last
     message to summarize, or None when no cut is allowed.
 
-    Keeps the newest messages that fit ``keep_tokens`` and ``keep_bytes`` (at least the
-    newest message; uncounted messages count 0 tokens); the cut is moved earlier until
-    the next message is not a tool result and no pending call is at or before it.
+    Keeps the newest messages that fit ``keep_tokens``, ``keep_bytes`` and
+    ``keep_messages`` (at least the newest message; uncounted messages count 0 tokens);
+    the cut is moved earlier until the next message is not a tool result and no pending
+    call is at or before it.
     """
     if len(own) < 2:
         return None
@@ -91,6 +96,8 @@ def cut_index(own: Sequence[Message], keep_tokens: int, keep_bytes: int) -> int 
     while start > 0:
         older = own[start - 1]
         if tokens + older.tokens > keep_tokens or size + message_bytes(older) > keep_bytes:
+            break
+        if keep_messages is not None and len(own) - start >= keep_messages:
             break
         start -= 1
         tokens, size = tokens + older.tokens, size + message_bytes(older)
@@ -138,4 +145,25 @@ def compacted(load: SliceLoad, index: int, new: Summary) -> SliceLoad:
         inputs=load.inputs,
         summary=new,
         inherited=0,
+    )
+
+
+#: How much of a view is kept when the server refused a prompt as over its window.
+OVERFLOW_SHRINK = 0.5
+
+
+def after_overflow(limits: ViewLimits) -> ViewLimits:
+    """The limits to load a view with once more after ``ModelError.context_overflow``.
+
+    The hook for the slice runner: the server counted the prompt over its window
+    (its template costs more than our count, or its window is smaller than
+    declared). Retry the slice once with half the token, byte and message budget
+    (a summary is due at once if messages drop out, see :func:`due`); if that
+    overflows too, it is the thread's failure.
+    """
+    return msgspec.structs.replace(
+        limits,
+        max_tokens=max(1, int(limits.max_tokens * OVERFLOW_SHRINK)),
+        max_bytes=max(1, int(limits.max_bytes * OVERFLOW_SHRINK)),
+        max_messages=max(1, int(limits.max_messages * OVERFLOW_SHRINK)),
     )

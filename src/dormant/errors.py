@@ -104,14 +104,43 @@ class LeaseLost(DormantError):
 
 
 class ModelError(DormantError):
-    """The model call failed. ``retryable`` tells whether a later attempt may succeed."""
+    """The model call failed. ``retryable`` tells whether a later attempt may succeed.
+
+    ``kind`` says why, for callers that act on it:
+
+    * ``"error"``: anything else (a refused request, a malformed reply, a broken stream);
+    * ``"outage"``: the endpoint is unreachable or failing (transport errors, 5xx) or its
+      circuit breaker is open; not the request's fault, so a thread should wait
+      ``retry_after`` seconds rather than count a failure (:attr:`outage`);
+    * ``"context_overflow"``: the server refused the prompt as longer than its window; a
+      smaller view may succeed (:attr:`context_overflow`);
+    * ``"refused"``: the server's content filter or the model refused to answer.
+    """
 
     code = "model_error"
 
-    def __init__(self, message: str, *, retryable: bool = True, retry_after: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = True,
+        retry_after: float | None = None,
+        kind: str = "error",
+    ):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.kind = kind
+
+    @property
+    def outage(self) -> bool:
+        """Whether the endpoint is down or its breaker open (wait, do not count a failure)."""
+        return self.kind == "outage"
+
+    @property
+    def context_overflow(self) -> bool:
+        """Whether the prompt was too long for the server: retry once with a smaller view."""
+        return self.kind == "context_overflow"
 
 
 class ToolError(DormantError):

@@ -9,6 +9,9 @@ its ``error``, until ``dormant retry``. Attempts are counted when a slice is cla
 (:attr:`~dormant.records.Claim.attempts`), so a slice that kills its worker counts
 too: a thread claimed more than ``model_retries + 1`` times without a commit is
 marked failed without running again (a poison pill never runs without bound).
+its ``error``, until ``dormant retry``. A prompt the server refuses as over its
+window is tried once more within half the view budget before it counts; a model
+endpoint that is down (``ModelError.outage``) makes the thread wait, uncounted.
 
 A store that cannot take the commit for now (locked by another process, full,
 overloaded) is not the thread's fault: the slice is retried later without counting a
@@ -79,7 +82,10 @@ def clean_reply(reply: ModelReply) -> ModelReply:
         cleaned = _clean_call(call)
         changed = changed or cleaned is not call
         calls.append(cleaned)
-    return ModelReply(text=text, tool_calls=tuple(calls)) if changed else reply
+    if not changed:
+        return reply
+    reasoning = clean(reply.reasoning)
+    return msgspec.structs.replace(reply, text=text, tool_calls=tuple(calls), reasoning=reasoning)
 
 
 def _clean_call(call: ToolCall) -> ToolCall:
@@ -203,6 +209,24 @@ class SliceRunner:
         if agent is None:
             raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
         limits = self.limits[agent.name]
+        try:
+            await self._attempt(claim, agent, limits)
+        except ModelError as exc:
+            if not exc.context_overflow:
+                raise
+            # issue 14: the server counted the prompt over its window; once more with half
+            # the view (compacted if messages drop out), and only then is it a failure
+            self.stats.context_overflows += 1
+            log.warning(
+                "slice_context_overflow thread=%s: retrying once with a smaller view: %s",
+                claim.thread_id,
+                exc,
+                extra={"thread_id": claim.thread_id, "error": clean(str(exc))},
+            )
+            await self._attempt(claim, agent, compaction.after_overflow(limits))
+
+    async def _attempt(self, claim: Claim, agent: Agent, limits: ViewLimits) -> None:
+        """Load a view within ``limits``, run the turn, commit it."""
         load = await self.store.load_slice(claim, limits)
         # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
         counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
@@ -242,6 +266,12 @@ class SliceRunner:
             raise ModelError(f"the model did not answer within {timeout:g}s") from None
         self.stats.completions += 1
         self.stats.model_latency.add(time.perf_counter() - started)
+        if reply.cut:  # issue 14: the output cap cut the reply; kept, but said so
+            log.warning(
+                "model_reply_cut thread=%s: the reply hit the output cap (finish_reason length)",
+                request.thread_id,
+                extra={"thread_id": request.thread_id},
+            )
         return clean_reply(reply)
 
     async def _compact(
@@ -254,7 +284,10 @@ class SliceRunner:
         """
         keep = self.settings.compaction_keep
         index = compaction.cut_index(
-            load.view[load.inherited :], int(limits.max_tokens * keep), int(limits.max_bytes * keep)
+            load.view[load.inherited :],
+            int(limits.max_tokens * keep),
+            int(limits.max_bytes * keep),
+            int(limits.max_messages * keep),  # else a view bounded only by its message cap never compacts
         )
         if index is None:
             return load, None
@@ -266,9 +299,12 @@ class SliceRunner:
                 raise ModelError("the model returned an empty summary", retryable=False)
         except Exception as exc:
             self.stats.compaction_failures += 1
+            error = f"{type(exc).__name__}: {exc}"
             log.warning(
-                "compaction_failed",
-                extra={"thread_id": load.thread.id, "error": f"{type(exc).__name__}: {exc}"},
+                "compaction_failed thread=%s: %s",  # readable with no logging set up
+                load.thread.id,
+                error,
+                extra={"thread_id": load.thread.id, "error": error},
             )
             return load, None
         self.stats.compactions += 1
@@ -289,6 +325,9 @@ class SliceRunner:
             blobs=self.store,
             blob_threshold=self.settings.blob_threshold_bytes,
             tool_threads=self.tool_threads,
+            max_spawn_depth=agent.max_spawn_depth,  # issue 14: bounded spawn_thread
+            max_children=agent.max_children,
+            children=call.children,
         )
         started = time.perf_counter()
         logs.bind(call_id=call.call.id)
@@ -316,6 +355,9 @@ class SliceRunner:
     async def _failed(self, claim: Claim, exc: BaseException) -> None:
         """Release a failed slice's lease with a backoff, or mark the thread failed."""
         reason = clean(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, ModelError) and exc.outage:  # issue 14: an endpoint outage is not a failure
+            await self._model_outage(claim, exc, reason)
+            return
         try:
             thread = await self.store.get_thread(claim.thread_id)
             failures = failures_of(claim, thread)
@@ -325,7 +367,10 @@ class SliceRunner:
             if isinstance(exc, ModelError) and exc.retry_after:
                 delay = max(delay, capped(exc.retry_after, self.settings.retry_after_max_s))
             log.warning(
-                "slice_failed",
+                "slice_failed thread=%s failed=%s: %s",  # readable with no logging set up
+                claim.thread_id,
+                fail,
+                reason,
                 extra={"thread_id": claim.thread_id, "error": reason, "failed": fail},
             )
             await self.store.release(claim, retry_at=self.clock() + delay, error=reason, fail=fail)
@@ -351,6 +396,26 @@ class SliceRunner:
             log.error(
                 "slice_release_failed",
                 extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
+            )
+
+    async def _model_outage(self, claim: Claim, exc: ModelError, reason: str) -> None:
+        """The model endpoint is down or its circuit breaker open (issue 14): the thread
+        waits ``retry_after`` (at least the first backoff) without counting a failure."""
+        wait = capped(exc.retry_after or 0.0, self.settings.retry_after_max_s)
+        delay = max(wait, self.settings.retry_base_s)
+        log.warning(
+            "slice_model_outage thread=%s retry_in=%.1fs: %s",
+            claim.thread_id,
+            delay,
+            reason,
+            extra={"thread_id": claim.thread_id, "error": reason, "retry_in_s": round(delay, 3)},
+        )
+        try:
+            await self.store.release(claim, retry_at=self.clock() + delay)
+        except Exception as release_exc:
+            log.error(
+                "slice_release_failed",
+                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
             )
 
     async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:

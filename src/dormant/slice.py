@@ -44,6 +44,8 @@ class InlineCall:
     spec: ToolSpec
     args: dict[str, Any]
     message_seq: int
+    #: children the thread has spawned before this call (its view, this slice): spawn_thread's fan-out
+    children: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,9 @@ class InlineResult:
 
 
 _PREFIX = {"timer": "[timer]", "event": "[event]"}
+#: The built-in tool that spawns children, and how its success answer starts.
+SPAWN = "spawn_thread"
+SPAWNED = "spawned thread "
 
 
 def call_id(model_id: str, seq: int, index: int) -> str:
@@ -117,6 +122,7 @@ class Turn:
         self.now = now
         self.rounds = 0
         self._view = load.view
+        self._inherited = load.inherited
         self._summary = load.summary  # the one the view starts from
         self._new_summary = summary  # the one this slice writes (compaction), if any
         self._new: list[Message] = []
@@ -179,6 +185,7 @@ class Turn:
         )
         inline: list[InlineCall] = []
         errors: list[tuple[ToolCall, str]] = []
+        children = self.children()
         for call in calls:
             spec = self.tools.get(call.name)
             if spec is None:
@@ -200,7 +207,9 @@ class Turn:
                 )
                 self._awaiting += 1
             else:
-                inline.append(InlineCall(call=call, spec=spec, args=args, message_seq=seq))
+                inline.append(InlineCall(call=call, spec=spec, args=args, message_seq=seq, children=children))
+                if spec.name == SPAWN:
+                    children += 1  # counted whether or not it succeeds: the limit errs strict
         self._errors = errors
         self.wants_model = False
         if not reply.tool_calls:
@@ -208,6 +217,14 @@ class Turn:
         if not inline:
             self._answer([])
         return inline
+
+    def children(self) -> int:
+        """Child threads this thread spawned, as far as its view and this slice show."""
+        return sum(
+            1
+            for message in (*self._view[self._inherited :], *self._new)  # not the parent's children
+            if message.role == "tool" and message.name == SPAWN and message.content.startswith(SPAWNED)
+        )
 
     def on_results(self, results: Sequence[InlineResult]) -> None:
         """Record the inline results (in call order) and decide on another round."""

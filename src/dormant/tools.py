@@ -60,6 +60,10 @@ class ToolContext:
     inline: bool = True
     blobs: BlobReader | None = None
     blob_threshold: int = DEFAULT_THRESHOLD
+    #: spawn_thread's bounds (the agent's) and the children this thread already has
+    max_spawn_depth: int = 3
+    max_children: int = 8
+    children: int = 0
     tool_threads: ToolThreads | None = None
     sync_call: SyncCall | None = None
 

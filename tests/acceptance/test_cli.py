@@ -209,6 +209,36 @@ def test_a_thread_waits_for_a_worker_that_hosts_its_agent(cli: Cli, tmp_path: Pa
     assert "echo: hi" in cli.ok("show", "f")
 
 
+def test_retry_all_failed(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "agents_app.py").write_text(
+        "from dormant import Agent\n"
+        "from dormant.models import echo_model\n"
+        "def agents():\n"
+        "    return [Agent(name='other', model=echo_model())]\n"
+    )
+    for thread in ("f1", "f2", "f3"):
+        cli.ok("send", thread, "hi", "--app", "agents_app:agents")
+    cli.ok("run", "--until-idle")  # hosts only `assistant`: the three threads fail
+    assert json.loads(cli.ok("status", "--json"))["threads_by_status"] == {"failed": 3}
+    assert "0 failed thread(s) retried" in cli.ok("retry", "--all-failed", "--since", "2999-01-01")
+    assert_usage_error(cli("retry", "--all-failed", "--since", "yesterday"), "--since")
+    assert_usage_error(cli("retry"), "--all-failed")
+    assert_usage_error(cli("retry", "f1", "--all-failed"), "--all-failed")
+    out = cli.ok("retry", "--all-failed", "--since", "1h")
+    assert "3 failed thread(s) retried" in out and "thread f2 is active again" in out
+    assert json.loads(cli.ok("status", "--json"))["threads_by_status"] == {"active": 3}
+
+
+def test_chat_budget_flags_and_builtins(cli: Cli) -> None:
+    assert_usage_error(
+        cli("chat", "c", "--max-output", "500", "--context-window", "400", input="x\n"), "max_output"
+    )
+    out = cli.ok("chat", "c", "--context-window", "8000", "--max-output", "500", input="hello\n")
+    assert "echo: hello" in out
+    helped = cli("chat", "--help", store=False).stdout
+    assert "--context-window" in helped and "--no-builtins" in helped
+
+
 def test_bad_app_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "not_agents.py").write_text("THING = 3\n")
     assert_usage_error(cli("send", "t", "x", "--app", "not_agents:THING"), "not_agents:THING")

@@ -17,7 +17,7 @@ import pytest
 
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ToolCall, ViewLimits
 from dormant.store.sqlite import SCHEMA_VERSION, SQLiteStore
-from tests.unit.test_openai_model import Reply, ScriptServer, text_reply
+from tests.openai_server import Reply, ScriptServer, text_reply
 
 from .runner import Cli
 
@@ -192,7 +192,8 @@ def test_a_failed_thread_is_listed_with_its_reason_and_retry_resumes_it(
         "DORMANT_RETRY_BASE_S": "0.01",
         "DORMANT_RETRY_MAX_S": "0.05",
     }
-    error = Reply(status=500, chunks=[b'{"error": {"message": "upstream exploded"}}'])
+    # a reply the server botched (an outage, 5xx, would make the thread wait instead)
+    error = Reply(chunks=[b'data: {"error": {"message": "upstream exploded"}}\n\n'])
     model_server.script(error, error)  # the first attempt and its one retry
     cli.ok("send", "t1", "hello", env=env)
     ran = cli("run", "--until-idle", env=env)
@@ -202,8 +203,8 @@ def test_a_failed_thread_is_listed_with_its_reason_and_retry_resumes_it(
 
     listed = cli.ok("threads", "--failed", env=env)
     assert "t1" in listed and "other" not in listed
-    assert "HTTP 500: upstream exploded" in listed and "dormant retry THREAD" in listed
-    assert "HTTP 500: upstream exploded" in cli.ok("threads", env=env)  # the error column
+    assert "error in stream: upstream exploded" in listed and "dormant retry THREAD" in listed
+    assert "error in stream: upstream exploded" in cli.ok("threads", env=env)  # the error column
     shown = cli.ok("show", "t1", env=env)
     assert "failed" in shown and "last error: ModelError" in shown
     assert json.loads(cli.ok("status", "--json", env=env))["threads_by_status"] == {"active": 1, "failed": 1}

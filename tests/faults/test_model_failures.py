@@ -14,10 +14,11 @@ import pytest
 
 from dormant import Agent, Runtime, tool
 from dormant.config import Settings
+from dormant.models.breaker import CircuitBreaker
 from dormant.models.openai import OpenAIChatModel
-from tests.helpers import all_messages, check_history
+from tests.helpers import all_messages, check_history, eventually
 from tests.integration.conftest import fast_settings
-from tests.unit.test_openai_model import DONE, Reply, ScriptServer, delta, text_reply
+from tests.openai_server import DONE, Reply, ScriptServer, delta, text_reply
 
 
 @pytest.fixture
@@ -179,16 +180,17 @@ async def test_malformed_tool_call_arguments_reach_the_agent_as_an_error(
     assert json.loads(json.dumps(sent[-2]["tool_calls"]))[0]["function"]["arguments"] == '{"a": 2, "b": '
 
 
-async def test_repeated_5xx_fail_the_thread_visibly_and_retry_resumes_it(
+async def test_repeated_failures_fail_the_thread_visibly_and_retry_resumes_it(
     store_url: str, server: ScriptServer, model: OpenAIChatModel
 ) -> None:
-    server.script(*[Reply(status=500, chunks=[b'{"error": {"message": "upstream exploded"}}'])] * 3)
+    malformed = Reply(chunks=[delta({"content": "ok"}), b'data: {"choices": [\n\n', DONE])
+    server.script(*[malformed] * 3)
     async with Runtime(store_url, [Agent(name="a", model=model)], settings=settings(model_retries=2)) as rt:
         await rt.send("t1", "hello", key="k1")
         await rt.run_until_idle(timeout=20)
         thread = await rt.thread("t1")
         assert (thread.status, thread.failures) == ("failed", 3), "the first attempt and 2 retries"
-        assert thread.error is not None and "HTTP 500: upstream exploded" in thread.error
+        assert thread.error is not None and "malformed JSON" in thread.error
         assert [t.id for t in (await rt.threads()).items if t.status == "failed"] == ["t1"]
         assert await all_messages(rt.store, "t1") == [], "nothing half-written"
         assert len(server.received) == 3
@@ -200,3 +202,33 @@ async def test_repeated_5xx_fail_the_thread_visibly_and_retry_resumes_it(
         assert [(m.role, m.content) for m in history] == [("user", "hello"), ("assistant", "recovered")]
         thread = await rt.thread("t1")
         assert (thread.status, thread.failures, thread.error) == ("active", 0, None)
+
+
+async def test_an_outage_makes_threads_wait_instead_of_failing(store_url: str, server: ScriptServer) -> None:
+    """Issue 14: 5xx past model_retries used to mark every thread failed; an outage is not
+    the thread's fault, so it waits (the breaker opens) and resumes by itself."""
+    breaker = CircuitBreaker(server.base_url, threshold=3, cooldown_s=0.05, max_cooldown_s=0.1)
+    model = OpenAIChatModel(model="m", base_url=server.base_url, max_retries=0, backoff=0.01, breaker=breaker)
+    server.script(*[Reply(status=500, chunks=[b'{"error": {"message": "upstream exploded"}}'])] * 7)
+    server.script(text_reply("recovered"))
+    try:
+        async with Runtime(
+            store_url, [Agent(name="a", model=model)], settings=settings(model_retries=2)
+        ) as rt:
+            await rt.send("t1", "hello", key="k1")
+
+            async def answered() -> bool:
+                await rt.run_until_idle(timeout=20)
+                return len(await all_messages(rt.store, "t1")) == 2
+
+            await eventually(answered, timeout=20)
+            history = await all_messages(rt.store, "t1")
+            assert [(m.role, m.content) for m in history] == [("user", "hello"), ("assistant", "recovered")]
+            thread = await rt.thread("t1")
+            assert (thread.status, thread.failures) == ("active", 0), (
+                "7 failures > model_retries, none counted"
+            )
+            assert len(server.received) == 8, "each scripted reply once: open-breaker calls never reach it"
+            assert breaker.closed
+    finally:
+        await model.aclose()

@@ -253,3 +253,24 @@ async def test_a_child_spawned_before_a_compaction_keeps_what_it_inherited(store
         await rt.run_until_idle(timeout=20)
         assert child_views[-1][: len(inherited)] == inherited, "the child's inheritance is unchanged"
         assert child_views[-1][len(inherited) :] == ["child task", "child done", "again"]
+
+
+async def test_a_view_bounded_only_by_its_message_cap_is_compacted(store_url: str) -> None:
+    """Issue 14: with DORMANT_VIEW_MESSAGES=6 ten turns made no compaction, and older
+    messages silently fell out of the view with no summary covering them."""
+    script = Recorder()
+    model = ScriptedModel(script, context_window=128_000, max_output_tokens=200)
+    agent = Agent(name="a", model=model, builtins=False)
+    async with Runtime(store_url, [agent], settings=fast_settings(view_messages=6)) as rt:
+        await converse(rt, "t", 10)
+        assert rt.stats.compactions >= 1 and rt.stats.compaction_failures == 0
+        assert (await rt.thread("t")).summary_seq > 0
+        covered = 0  # the last seq the summary each request was built on covers
+        for req in script.requests:
+            if req.summary is not None:
+                covered = int(req.summary.rsplit(" ", 1)[1])
+            own = [m for m in req.messages if m.content != INSTRUCTION]
+            assert own[0].seq == covered + 1, "no message left the view without a summary covering it"
+            if is_compaction(req):
+                continue
+            assert [m.seq for m in own] == list(range(covered + 1, own[-1].seq + 1)), "no gap"

@@ -16,6 +16,7 @@ from dormant.errors import UsageError
 from dormant.models.base import OPENAI_CHAT, ChatOverhead, ModelReply, ModelRequest
 from dormant.models.openai import SUMMARY_PREFIX, OpenAIChatModel
 from dormant.models.scripted import ScriptedModel
+from dormant.models.wire import CONTINUED
 from dormant.tokens import count_text
 from dormant.tools import tool
 
@@ -80,7 +81,7 @@ def test_a_view_token_cap_caps_what_the_window_leaves() -> None:
 def test_a_format_that_frames_messages_dearer_reserves_the_difference_for_each_message() -> None:
     args = {"window": 32_000, "max_output": 1000, "system": SYSTEM, "max_messages": 50}
     cheap = budget.view_limits(**args, overhead=OPENAI_CHAT)  # type: ignore[arg-type]
-    dear = budget.view_limits(**args, overhead=ChatOverhead(message=5, reply=3, summary=96))  # type: ignore[arg-type]
+    dear = budget.view_limits(**args, overhead=ChatOverhead(message=5, reply=3, summary=OPENAI_CHAT.summary))  # type: ignore[arg-type]
     system_framing = 2  # the system message is framed dearer too
     assert cheap.max_tokens - dear.max_tokens == 2 * 50 + system_framing
 
@@ -123,3 +124,11 @@ def test_the_margin_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings.from_env().prompt_margin == 0.05
     with pytest.raises(UsageError, match="prompt_margin"):
         Settings.build(prompt_margin=0.9)
+
+
+def test_the_summary_reserve_covers_what_the_adapter_adds_around_the_summary() -> None:
+    # the summary goes inside the one system message after "\n\n" and the prefix; a strict
+    # template may get one user message put first (framing + role + text); bytes bound tokens
+    inside = len(("\n\n" + SUMMARY_PREFIX).encode())
+    first_user = OPENAI_CHAT.message + len(b"user") + len(CONTINUED.encode())
+    assert inside + first_user <= OPENAI_CHAT.summary

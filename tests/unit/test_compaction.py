@@ -383,3 +383,19 @@ def test_compacting_a_view_then_rebuilding_it(world: World, limits: ViewLimits, 
     )
     if fits:
         assert uncounted(rebuilt) == uncounted(after.view)
+
+
+def test_cut_index_keeps_no_more_than_keep_messages() -> None:
+    own = [Message(seq=n, role="user" if n % 2 else "assistant", content=f"m{n}") for n in range(1, 7)]
+    assert cut_index(own, 10**6, 10**6) is None, "tokens and bytes alone keep everything: no cut"
+    assert cut_index(own, 10**6, 10**6, keep_messages=2) == 3, "the newest two kept"
+    assert cut_index(own, 10**6, 10**6, keep_messages=0) == 4, "at least the newest message kept"
+
+
+def test_after_overflow_halves_every_budget() -> None:
+    limits = ViewLimits(max_messages=64, max_bytes=1000, max_tokens=8000)
+    smaller = compaction.after_overflow(limits)
+    assert (smaller.max_messages, smaller.max_bytes, smaller.max_tokens) == (32, 500, 4000)
+    assert smaller.encoding == limits.encoding
+    tiny = compaction.after_overflow(ViewLimits(max_messages=1, max_bytes=1, max_tokens=1))
+    assert (tiny.max_messages, tiny.max_bytes, tiny.max_tokens) == (1, 1, 1)

@@ -78,3 +78,12 @@ def test_error_details() -> None:
     assert err.retryable and err.retry_after == 2.0
     assert not ModelError("bad request", retryable=False).retryable
     assert not ToolError("x").retryable and ToolError("x", retryable=True).retryable
+
+
+def test_model_error_kinds() -> None:
+    plain = ModelError("x")
+    assert (plain.kind, plain.outage, plain.context_overflow) == ("error", False, False)
+    down = ModelError("down", retry_after=4.0, kind="outage")
+    assert down.outage and not down.context_overflow and down.retry_after == 4.0
+    long = ModelError("too long", retryable=False, kind="context_overflow")
+    assert long.context_overflow and not long.outage and not long.retryable

@@ -1,188 +1,34 @@
-"""OpenAIChatModel against a real HTTP server on a local socket.
-
-The server is a stdlib ``ThreadingHTTPServer`` in a daemon thread; each test
-scripts its responses (status, headers, SSE body chunks) and inspects the
-requests it received.
-"""
+"""OpenAIChatModel against a real HTTP server on a local socket (:mod:`tests.openai_server`)."""
 
 from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
 
 import httpx
 import pytest
 
 from dormant.errors import ModelError
-from dormant.models.base import ModelReply, ModelRequest, TextDelta, ToolCallDelta, collect
+from dormant.models.base import Finish, ModelReply, ModelRequest, TextDelta, ToolCallDelta, collect
 from dormant.models.openai import SUMMARY_PREFIX, OpenAIChatModel
 from dormant.records import Message, ToolCall
+from tests.openai_server import (
+    DONE,
+    Reply,
+    ScriptServer,
+    delta,
+    fresh_breakers,
+    make_model,
+    make_request,
+    no_env_key,
+    run,
+    server,
+    sse,
+    text_reply,
+)
 
-# --------------------------------------------------------------------------- server
-
-
-@dataclass
-class Reply:
-    """One scripted response."""
-
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    chunks: list[bytes] = field(default_factory=list)
-    delay: float = 0.0  # seconds before the status line is sent
-    chunked: bool = False  # HTTP/1.1 chunked framing (else: body ends when the socket closes)
-    cut: bool = False  # with chunked: close the socket without the terminating chunk
-
-
-@dataclass
-class Received:
-    """One request the server received."""
-
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    at: float
-
-
-class ScriptServer(ThreadingHTTPServer):
-    """An HTTP server that answers each POST with the next scripted :class:`Reply`."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.replies: deque[Reply] = deque()
-        self.received: list[Received] = []
-        self.lock = threading.Lock()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def script(self, *replies: Reply) -> None:
-        with self.lock:
-            self.replies.extend(replies)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up (timeout test) makes writes fail; that is expected
-
-
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        server = cast(ScriptServer, self.server)
-        length = int(self.headers.get("Content-Length", "0"))
-        raw = self.rfile.read(length)
-        with server.lock:
-            server.received.append(
-                Received(
-                    path=self.path,
-                    headers={k.lower(): v for k, v in self.headers.items()},
-                    body=json.loads(raw),
-                    at=time.monotonic(),
-                )
-            )
-            reply = server.replies.popleft() if server.replies else Reply(status=599)
-        if reply.delay:
-            time.sleep(reply.delay)
-        self.close_connection = True
-        if reply.chunked:
-            self.protocol_version = "HTTP/1.1"
-        self.send_response(reply.status)
-        headers = {"Content-Type": "text/event-stream", **reply.headers}
-        if reply.chunked:
-            headers["Transfer-Encoding"] = "chunked"
-        headers["Connection"] = "close"
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        for chunk in reply.chunks:
-            if reply.chunked:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            else:
-                self.wfile.write(chunk)
-            self.wfile.flush()
-        if reply.chunked and not reply.cut:
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptServer]:
-    srv = ScriptServer()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
-
-
-def delta(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    return sse(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-    )
-
-
-def text_reply(*pieces: str) -> Reply:
-    chunks = [delta({"role": "assistant", "content": ""})]
-    chunks += [delta({"content": piece}) for piece in pieces]
-    chunks += [delta({}, finish="stop"), DONE]
-    return Reply(chunks=chunks)
-
-
-def make_request(
-    *messages: Message, system: str = "", tools: tuple[dict[str, Any], ...] = ()
-) -> ModelRequest:
-    if not messages:
-        messages = (Message(seq=1, role="user", content="hi"),)
-    return ModelRequest(thread_id="t1", system=system, messages=messages, tools=tools)
-
-
-def make_model(server: ScriptServer, **kwargs: Any) -> OpenAIChatModel:
-    options: dict[str, Any] = {"model": "test-model", "base_url": server.base_url, "backoff": 0.01}
-    options.update(kwargs)
-    return OpenAIChatModel(**options)
-
-
-async def run(model: OpenAIChatModel, request: ModelRequest | None = None) -> ModelReply:
-    try:
-        return await collect(model.stream(request or make_request()))
-    finally:
-        await model.aclose()
-
-
-@pytest.fixture(autouse=True)
-def no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DORMANT_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
+__all__ = ["fresh_breakers", "no_env_key", "server"]  # fixtures, used by name
 
 # --------------------------------------------------------------------------- streaming
 
@@ -192,7 +38,12 @@ async def test_streams_text(server: ScriptServer) -> None:
     model = make_model(server)
     events = [event async for event in model.stream(make_request())]
     await model.aclose()
-    assert events == [TextDelta(text="Hel"), TextDelta(text="lo"), TextDelta(text=" world")]
+    assert events == [
+        TextDelta(text="Hel"),
+        TextDelta(text="lo"),
+        TextDelta(text=" world"),
+        Finish(reason="stop"),
+    ]
     assert len(server.received) == 1
     received = server.received[0]
     assert received.path == "/v1/chat/completions"
@@ -227,11 +78,13 @@ async def test_streamed_tool_call_split_across_chunks(server: ScriptServer) -> N
         ToolCallDelta(index=0, arguments='{"ci'),
         ToolCallDelta(index=0, arguments='ty": '),
         ToolCallDelta(index=0, arguments='"Paris"}'),
+        Finish(reason="tool_calls"),
     ]
     reply = await run(model)
     assert reply == ModelReply(
         text="",
         tool_calls=(ToolCall(id="call_1", name="weather", arguments='{"city": "Paris"}'),),
+        finish_reason="tool_calls",
     )
 
 
@@ -292,7 +145,9 @@ async def test_non_streamed_json_reply_is_accepted(server: ScriptServer) -> None
     }
     server.script(Reply(headers={"Content-Type": "application/json"}, chunks=[json.dumps(body).encode()]))
     reply = await run(make_model(server))
-    assert reply == ModelReply(text="whole", tool_calls=(ToolCall(id="c1", name="f", arguments="{}"),))
+    assert reply == ModelReply(
+        text="whole", tool_calls=(ToolCall(id="c1", name="f", arguments="{}"),), finish_reason="tool_calls"
+    )
 
 
 # --------------------------------------------------------------------------- request body
@@ -331,6 +186,8 @@ async def test_request_body_conversion(server: ScriptServer) -> None:
     assert received.body == {
         "model": "test-model",
         "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 4096,
         "temperature": 0.25,
         "tools": [tools[0]],
         "messages": [
@@ -568,7 +425,7 @@ async def test_own_client_is_created_lazily_and_closed(server: ScriptServer) -> 
     assert (await run(model)).text == "b"
 
 
-def test_a_compaction_summary_follows_the_system_prompt() -> None:
+def test_a_compaction_summary_goes_inside_the_one_system_message() -> None:
     model = OpenAIChatModel(model="test-model", base_url="http://127.0.0.1:9/v1")
     request = ModelRequest(
         thread_id="t",
@@ -577,7 +434,9 @@ def test_a_compaction_summary_follows_the_system_prompt() -> None:
         messages=(Message(seq=9, role="user", content="And tomorrow?"),),
     )
     assert model.request_body(request)["messages"] == [
-        {"role": "system", "content": "You are terse."},
-        {"role": "system", "content": SUMMARY_PREFIX + "The user wants Paris weather."},
+        {
+            "role": "system",
+            "content": "You are terse.\n\n" + SUMMARY_PREFIX + "The user wants Paris weather.",
+        },
         {"role": "user", "content": "And tomorrow?"},
     ]

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from dormant.errors import ModelError
 from dormant.models import Model, ScriptedModel, echo_model, tool_round_trip
-from dormant.models.base import ModelEvent, ModelReply, ModelRequest, TextDelta, ToolCallDelta, collect
+from dormant.models.base import (
+    Finish,
+    ModelEvent,
+    ModelReply,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    collect,
+)
 from dormant.records import Message, ToolCall
 
 
@@ -42,9 +53,41 @@ async def test_collect_joins_text_and_tool_call_pieces() -> None:
     )
 
 
-async def test_collect_refuses_a_tool_call_without_id_or_name() -> None:
-    with pytest.raises(ModelError, match="no id or name"):
+async def test_collect_refuses_a_tool_call_without_a_name() -> None:
+    with pytest.raises(ModelError, match="has no name"):
         await collect(events([ToolCallDelta(index=0, arguments="{}")]))
+
+
+async def test_collect_gives_a_tool_call_without_an_id_a_fresh_one() -> None:
+    """Issue 14: a streamed call with no id used to fail the reply, and the thread, for ever."""
+    pieces = [ToolCallDelta(index=0, name="f", arguments="{}"), ToolCallDelta(index=1, name="g")]
+    first, second = await collect(events(pieces)), await collect(events(pieces))
+    ids = [call.id for reply in (first, second) for call in reply.tool_calls]
+    assert all(re.fullmatch(r"call_[0-9a-f]{24}", call_id) for call_id in ids)
+    assert len(set(ids)) == 4, "fresh every time"
+    assert [call.name for call in first.tool_calls] == ["f", "g"]
+
+
+async def test_collect_keeps_reasoning_finish_reason_and_usage_apart_from_the_answer() -> None:
+    reply = await collect(
+        events(
+            [
+                ReasoningDelta(text="think "),
+                ReasoningDelta(text="hard"),
+                TextDelta(text="answer"),
+                Finish(reason="length"),
+                Finish(usage=Usage(prompt=10, completion=5, cached=4)),
+            ]
+        )
+    )
+    assert reply == ModelReply(
+        text="answer",
+        reasoning="think hard",
+        finish_reason="length",
+        usage=Usage(prompt=10, completion=5, cached=4),
+    )
+    assert reply.cut
+    assert not (await collect(events([TextDelta(text="x"), Finish(reason="stop")]))).cut
 
 
 async def test_collect_is_bounded() -> None:

@@ -1,16 +1,30 @@
 """Model adapters: the :class:`Model` interface, the scripted model, OpenAI-compatible HTTP."""
 
-from .base import Model, ModelEvent, ModelReply, ModelRequest, TextDelta, ToolCallDelta, collect
+from .base import (
+    Finish,
+    Model,
+    ModelEvent,
+    ModelReply,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    collect,
+)
 from .scripted import ScriptedModel, echo_model, echo_script, tool_round_trip
 
 __all__ = [
+    "Finish",
     "Model",
     "ModelEvent",
     "ModelReply",
     "ModelRequest",
+    "ReasoningDelta",
     "ScriptedModel",
     "TextDelta",
     "ToolCallDelta",
+    "Usage",
     "collect",
     "echo_model",
     "echo_script",

@@ -7,6 +7,7 @@ nothing half-written.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,9 +39,11 @@ class ChatOverhead(msgspec.Struct, frozen=True, kw_only=True):
     summary: int = 0
 
 
-#: OpenAI-style Chat Completions: 3 tokens a message, 3 for the reply, and the
-#: summary sent as a system message after a fixed prefix (its UTF-8 bytes bound its tokens).
-OPENAI_CHAT = ChatOverhead(message=3, reply=3, summary=96)
+#: OpenAI-style Chat Completions: 3 tokens a message, 3 for the reply, and what the
+#: adapter adds around the summary (:func:`dormant.models.wire.wire_messages`): a fixed
+#: prefix inside the one system message, and for a strict template the one user message
+#: it may put first (UTF-8 bytes bound their tokens; checked by tests/unit/test_budget.py).
+OPENAI_CHAT = ChatOverhead(message=3, reply=3, summary=128)
 
 
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,7 +53,8 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     system: str
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
-    #: the compaction summary of the history before ``messages``, shown after the system prompt
+    #: the compaction summary of the history before ``messages``; the adapter decides its
+    #: form (the OpenAI adapter puts it inside the one system message)
     summary: str | None = None
 
 
@@ -58,6 +62,28 @@ class TextDelta(msgspec.Struct, frozen=True, kw_only=True):
     """A piece of assistant text."""
 
     text: str
+
+
+class ReasoningDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """A piece of the model's reasoning (``reasoning_content`` / ``reasoning``): kept apart
+    from the answer and never shown back to the model."""
+
+    text: str
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Tokens the server counted for one completion (``cached`` is part of ``prompt``)."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+
+class Finish(msgspec.Struct, frozen=True, kw_only=True):
+    """The end of a reply: the server's ``finish_reason`` and, if it sent it, the usage."""
+
+    reason: str | None = None
+    usage: Usage | None = None
 
 
 class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,14 +95,31 @@ class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str = ""
 
 
-ModelEvent = TextDelta | ToolCallDelta
+ModelEvent = TextDelta | ToolCallDelta | ReasoningDelta | Finish
+
+#: ``finish_reason`` of a reply cut by the output cap.
+CUT = "length"
 
 
 class ModelReply(msgspec.Struct, frozen=True, kw_only=True):
-    """A whole assistant reply."""
+    """A whole assistant reply.
+
+    ``finish_reason`` is the server's (``"stop"``, ``"tool_calls"``, ``"length"`` when
+    the output cap cut the reply, see :attr:`cut`), or None when it sent none;
+    ``reasoning`` is the model's reasoning text, apart from the answer; ``usage`` the
+    server's token counts, when it sent them.
+    """
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    reasoning: str = ""
+    usage: Usage | None = None
+
+    @property
+    def cut(self) -> bool:
+        """Whether the output cap cut this reply short."""
+        return self.finish_reason == CUT
 
 
 @runtime_checkable
@@ -129,18 +172,26 @@ def check_limits(context_window: int, max_output_tokens: int | None, encoding: s
 
 
 async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = 4 * 1024 * 1024) -> ModelReply:
-    """The turn buffer: gather a stream into a :class:`ModelReply`, bounded by ``max_bytes``."""
+    """The turn buffer: gather a stream into a :class:`ModelReply`, bounded by ``max_bytes``
+    (answer, reasoning and tool-call arguments together).
+
+    A tool call that arrives without an id gets a fresh one (``call_`` and 24 hex digits);
+    one without a name raises :class:`ModelError`.
+    """
     text: list[str] = []
+    reasoning: list[str] = []
     size = 0
     calls: dict[int, list[str]] = {}
     ids: dict[int, str] = {}
     names: dict[int, str] = {}
+    finish: Finish | None = None
     async for event in events:
-        if type(event) is TextDelta:  # exact type check: this loop runs per streamed piece
-            piece = event.text
+        kind = type(event)  # exact type checks: this loop runs per streamed piece
+        if kind is TextDelta:
+            piece = event.text  # type: ignore[union-attr]
             text.append(piece)
             size += len(piece)
-        else:
+        elif kind is ToolCallDelta:
             assert isinstance(event, ToolCallDelta)
             calls.setdefault(event.index, []).append(event.arguments)
             size += len(event.arguments)
@@ -148,14 +199,31 @@ async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = 4 * 102
                 ids[event.index] = event.id
             if event.name:
                 names[event.index] = event.name
+        elif kind is ReasoningDelta:
+            assert isinstance(event, ReasoningDelta)
+            reasoning.append(event.text)
+            size += len(event.text)
+        else:
+            assert isinstance(event, Finish)
+            finish = Finish(
+                reason=event.reason or (finish.reason if finish else None),
+                usage=event.usage or (finish.usage if finish else None),
+            )
         if size > max_bytes:
             raise ModelError(f"model reply exceeds {max_bytes} bytes", retryable=False)
     tool_calls = []
     for index in sorted(calls):
-        if index not in ids or index not in names:
-            raise ModelError(f"tool call {index} in the stream has no id or name")
-        tool_calls.append(ToolCall(id=ids[index], name=names[index], arguments="".join(calls[index])))
-    return ModelReply(text="".join(text), tool_calls=tuple(tool_calls))
+        if index not in names:
+            raise ModelError(f"tool call {index} in the stream has no name")
+        call_id = ids.get(index) or f"call_{os.urandom(12).hex()}"
+        tool_calls.append(ToolCall(id=call_id, name=names[index], arguments="".join(calls[index])))
+    return ModelReply(
+        text="".join(text),
+        tool_calls=tuple(tool_calls),
+        finish_reason=finish.reason if finish else None,
+        reasoning="".join(reasoning),
+        usage=finish.usage if finish else None,
+    )
 
 
 def last_is_tool_result(messages: Sequence[Message]) -> bool:
