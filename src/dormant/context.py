@@ -196,9 +196,13 @@ def build_view(
     fetch: FetchNewest,
     parent_of: ParentOf,
     summary: Summary | None = None,
+    made: dict[tuple[str, int], int] | None = None,
 ) -> tuple[tuple[Message, ...], int]:
     """The newest messages of ``thread`` and its ancestors that fit ``limits`` after
     ``summary``, oldest first, and how many of them (the oldest) are inherited.
+
+    ``made``, when given, receives the counts this made of messages stored uncounted
+    (``(thread_id, seq) -> tokens``, whole messages only), so they can be stored.
 
     Reads in chunks sized from the average message (the thread's, from its token
     count, then what the previous chunk held), so what is read stays within about
@@ -211,6 +215,7 @@ def build_view(
     tokens = summary_cost(summary, limits)
     summary_loose = counting and summary is not None and not summary.tokens
     loose: list[int] = []  # where in ``picked`` a message costs its byte bound (uncounted)
+    loose_threads: dict[int, str] = {}  # their threads
     size = summary_bytes(summary)
     # per message, tokens and bytes: the thread's average where it was counted, else a guess
     avg_tokens = thread.tokens // thread.last_seq if thread.last_seq and thread.tokens else 0
@@ -238,12 +243,23 @@ def build_view(
                     and (loose or summary_loose or not shown.tokens)
                 ):
                     # the byte bounds no longer prove the fit: count, exactly, to decide
+                    tightened = list(loose)
                     tokens += _tighten(picked, loose, limits.encoding)
+                    if made is not None:
+                        for i in tightened:
+                            made[(loose_threads[i], picked[i].seq)] = picked[i].tokens
                     if summary_loose:
                         tokens += summary_tokens(summary, limits) - summary_cost(summary, limits)
                         summary_loose = False
                     shown = with_count(shown, limits.encoding)
                     t = shown.tokens
+                if (
+                    made is not None
+                    and shown.tokens
+                    and not message.tokens
+                    and shown.content == message.content
+                ):
+                    made[(thread_id, message.seq)] = shown.tokens
                 read_tokens += t
                 read_bytes += b
                 if (
@@ -254,6 +270,7 @@ def build_view(
                     full = True
                     break
                 if counting and not shown.tokens:
+                    loose_threads[len(picked)] = thread_id
                     loose.append(len(picked))
                 picked.append(shown)
                 tokens += t

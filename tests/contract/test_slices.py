@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
+from dormant import context
 from dormant.context import message_bytes, message_tokens
 from dormant.errors import DormantError, LeaseLost, NotFound, StoreError
 from dormant.inbox import AGING
@@ -680,3 +682,36 @@ async def test_a_slice_reads_no_input_past_its_byte_cut(store: Store) -> None:
     assert loaded is not None and [i.dedup_key.removeprefix(USER_KEY_PREFIX) for i in loaded[1]] == ["k0"]
     load = await store.load_slice(c, ViewLimits(max_input_bytes=1_000_000))
     assert [i.dedup_key for i in load.inputs] == ["k0", "k1"]
+
+
+async def test_counts_made_on_read_are_written_back_so_a_rebuild_counts_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # eleven messages stored uncounted, under a token budget their byte bounds cannot prove
+    await store.admit([user("t1", "k1")])
+    c, load = await take(store, "t1")
+    stored = plan(c, load, extra=9)
+    uncounted = tuple(msgspec.structs.replace(m, tokens=0) for m in stored.messages)
+    await store.commit_slice(msgspec.structs.replace(stored, messages=uncounted))
+    assert all(m.tokens == 0 for m in await all_messages(store, "t1"))
+    budget = sum(message_tokens(m) for m in uncounted[-4:])
+    limits = ViewLimits(max_tokens=budget, max_bytes=1 << 20)
+    await store.admit([user("t1", "k2")])
+    c, first = await take(store, "t1", limits)
+    assert [m.seq for m in first.view] == [8, 9, 10, 11]
+    # the next commit (here one that only releases the lease) writes the counts back
+    await store.commit_slice(CommitPlan(thread_id="t1", token=c.token, consumed=(), messages=()))
+    rows = {m.seq: m.tokens for m in await all_messages(store, "t1")}
+    # the view's four and the one that did not fit (counted to decide) are stored
+    assert all(rows[seq] == message_tokens(uncounted[seq - 1]) for seq in range(7, 12)), rows
+    assert rows[1] == 0, "a message the view never counted stays uncounted"
+    # a rebuild (cache dropped) now reads the stored counts and counts nothing
+    assert isinstance(store, StoreCore)
+    store.views.discard("t1")
+
+    def no_counting(*args: object, **kwargs: object) -> int:
+        raise AssertionError("counted again")
+
+    monkeypatch.setattr(context, "count_message", no_counting)
+    _, again = await take(store, "t1", limits)
+    assert again.view == first.view

@@ -170,6 +170,12 @@ class Backend(Protocol):
         """
         ...
 
+    async def store_counts(self, counts: Sequence[tuple[str, int, int]]) -> None:
+        """Write back token counts made on read: for each (thread_id, seq, tokens) set
+        the message's ``tokens`` where it is still 0 (one statement; a message deleted
+        or counted meanwhile is left as it is)."""
+        ...
+
     async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
         """Clear the lease if ``claim`` still holds it: claimable again at ``retry_at``;
         with ``error`` the error kept (the claim counted the failure), without one

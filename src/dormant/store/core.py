@@ -11,6 +11,8 @@ backend only moves rows.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 from collections.abc import AsyncIterable, Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -42,10 +44,12 @@ from ..records import (
 from . import keys
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
-from .views import ViewReads, load_view
+from .views import PendingCounts, ViewReads, load_view
 
 if TYPE_CHECKING:
     from ..doctor import Report
+
+_log = logging.getLogger(__name__)
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
@@ -162,6 +166,8 @@ class StoreCore:
         self.views = views if views is not None else ViewCache(view_cache_bytes)
         self.max_input_bytes = max_input_bytes
         self.view_reads = ViewReads()
+        #: token counts view loads made, written back with their thread's next commit
+        self.pending_counts = PendingCounts()
         #: bytes read_blob returned so far (benchmarks)
         self.blob_read_bytes = 0
 
@@ -272,7 +278,8 @@ class StoreCore:
             thread, inputs = loaded
             cached = self.views.get(thread, limits)
             if cached is None:
-                view, summary, inherited = await load_view(reader, thread, limits, self.view_reads)
+                view, summary, inherited, counts = await load_view(reader, thread, limits, self.view_reads)
+                self.pending_counts.add(thread.id, counts)
                 self.views.put(thread, limits, view, summary, inherited)
             else:
                 view, summary, inherited = cached
@@ -283,8 +290,21 @@ class StoreCore:
         """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""
         check_plan(plan)
         validate(plan.admissions, self.max_input_bytes)
+        counts = self.pending_counts.take(plan.thread_id)
         try:
-            await self.backend.apply_plan(plan)
+            if counts:
+                # submitted together, so a group-committing backend writes both in one batch
+                applied, stored = await asyncio.gather(
+                    self.backend.apply_plan(plan), self.backend.store_counts(counts), return_exceptions=True
+                )
+                if isinstance(applied, BaseException):
+                    raise applied
+                if isinstance(stored, Exception):
+                    # the counts are a cache of the stored text: losing them only means the
+                    # next rebuild counts again; the slice's own commit succeeded
+                    _log.warning("writing back %d token counts failed: %s", len(counts), stored)
+            else:
+                await self.backend.apply_plan(plan)
         except BaseException:
             self.views.discard(plan.thread_id)
             raise
@@ -294,6 +314,7 @@ class StoreCore:
         self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
     ) -> None:
         """Give a lease back without a commit."""
+        self.pending_counts.take(claim.thread_id)
         await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail)
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:

@@ -6,6 +6,10 @@ answer is read through the backend's :class:`~dormant.store.backend.SliceReader`
 and it runs again: one read per chunk or level of lineage, the same reads a
 synchronous callback would make. The summary a view starts from is decided here
 too (the thread's own, else the nearest ancestor's at the spawn point).
+
+Counts made while building a view (of messages stored uncounted that the view had
+to count exactly) are returned as :data:`Count` rows, so the core writes them back
+and the next rebuild reads them instead of counting again.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 from ..context import build_view, message_bytes
 from ..records import Message, Summary, Thread, ViewLimits
 from .backend import SliceReader
+
+#: (thread_id, seq, tokens) of a message counted while building a view.
+Count = tuple[str, int, int]
 
 
 class ViewReads:
@@ -60,9 +67,9 @@ async def _summary_for(reader: SliceReader, lineage: _Lineage, thread: Thread) -
 
 async def load_view(
     reader: SliceReader, thread: Thread, limits: ViewLimits, reads: ViewReads
-) -> tuple[tuple[Message, ...], Summary | None, int]:
-    """The bounded view of ``thread``: its messages, its summary and how many of the
-    messages are inherited from ancestors."""
+) -> tuple[tuple[Message, ...], Summary | None, int, list[Count]]:
+    """The bounded view of ``thread``: its messages, its summary, how many of the
+    messages are inherited from ancestors, and the counts it made (see :func:`counted`)."""
     lineage = _Lineage(reader)
     summary = await _summary_for(reader, lineage, thread)
     chunks: dict[tuple[str, int, int], tuple[int, list[Message]]] = {}
@@ -80,9 +87,10 @@ async def load_view(
         return lineage.links[thread_id]
 
     while True:
+        made: dict[tuple[str, int], int] = {}
         try:
-            view, inherited = build_view(thread, limits, fetch, parent_of, summary)
-            return view, summary, inherited
+            view, inherited = build_view(thread, limits, fetch, parent_of, summary, made)
+            return view, summary, inherited, [(t, seq, n) for (t, seq), n in made.items()]
         except _Missing as missing:
             if len(missing.args) == 4:
                 thread_id, max_seq, min_seq, limit = missing.args
@@ -93,3 +101,42 @@ async def load_view(
                 reads.tokens += sum(m.tokens for m in messages)
             else:
                 await lineage.parent(missing.args[0])
+
+
+#: Counts waiting to be written back, at most (rows over all threads); past it the
+#: oldest thread's are dropped (they are only recounted by its next rebuild).
+MAX_PENDING_COUNTS = 16_384
+#: Threads with counts waiting, at most.
+MAX_PENDING_THREADS = 4_096
+
+
+class PendingCounts:
+    """Counts made by view loads, per thread, until that thread's slice commits and the
+    core writes them back with it. Bounded by rows and threads (each row is three
+    small values, so by bytes too); oldest thread first out."""
+
+    __slots__ = ("_by_thread", "_rows")
+
+    def __init__(self) -> None:
+        self._by_thread: dict[str, list[Count]] = {}
+        self._rows = 0
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def add(self, thread_id: str, counts: list[Count]) -> None:
+        """Keep ``counts`` (made loading ``thread_id``'s view) for its commit."""
+        if not counts:
+            return
+        self.take(thread_id)
+        counts = counts[:MAX_PENDING_COUNTS]
+        self._by_thread[thread_id] = counts
+        self._rows += len(counts)
+        while self._rows > MAX_PENDING_COUNTS or len(self._by_thread) > MAX_PENDING_THREADS:
+            self.take(next(iter(self._by_thread)))
+
+    def take(self, thread_id: str) -> list[Count]:
+        """The counts waiting for ``thread_id`` (forgotten here)."""
+        counts = self._by_thread.pop(thread_id, [])
+        self._rows -= len(counts)
+        return counts

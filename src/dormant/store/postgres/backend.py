@@ -403,6 +403,12 @@ class PostgresBackend(BackendDefaults):
             size += len(plan.summary.content)
         await self._write(job, size + 512)
 
+    async def store_counts(self, counts: Sequence[tuple[str, int, int]]) -> None:
+        """Write back token counts made on read (one statement, in the next batch)."""
+        ids = sorted({c[0] for c in counts})
+        params = ([c[0] for c in counts], [c[1] for c in counts], [c[2] for c in counts])
+        await self._write(Job(sql.STORE_COUNTS, params, _none, threads=ids), 64 * len(counts))
+
     async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
         """Clear the lease if ``claim`` still holds it."""
         params = {

@@ -103,6 +103,12 @@ LEFT JOIN LATERAL (
 WHERE t.id = %(id)s
 ORDER BY i.id
 """
+# Counts made on read, written back where the messages are still uncounted.
+STORE_COUNTS = (
+    "UPDATE messages m SET tokens = c.tokens "
+    "FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS c(thread_id, seq, tokens) "
+    "WHERE m.thread_id = c.thread_id AND m.seq = c.seq AND COALESCE(m.tokens, 0) = 0"
+)
 NEWEST_MESSAGES = (
     f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq <= %s AND seq > %s "
     "ORDER BY seq DESC LIMIT %s"

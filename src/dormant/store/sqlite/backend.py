@@ -416,6 +416,11 @@ class SQLiteBackend(BackendDefaults):
             size += len(plan.summary.content)
         await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
 
+    async def store_counts(self, counts: Sequence[tuple[str, int, int]]) -> None:
+        """Write back token counts made on read (one statement, in the next batch)."""
+        rows = [(tokens, thread_id, seq) for thread_id, seq, tokens in counts]
+        await self._write(lambda conn: conn.executemany(sql.STORE_COUNTS, rows), 64 * len(rows))
+
     async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
         """Give a lease back without committing."""
         now = self.clock()

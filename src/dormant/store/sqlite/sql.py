@@ -97,6 +97,8 @@ INSERT INTO summaries (thread_id, upto_seq, made_at_seq, content, tokens, covere
 VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 # The newest messages of a thread in (min_seq, max_seq], newest first: a view's read.
+# A count made on read, written back where the message is still uncounted.
+STORE_COUNTS = "UPDATE messages SET tokens = ? WHERE thread_id = ? AND seq = ? AND coalesce(tokens, 0) = 0"
 NEWEST_MESSAGES = f"""
 SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq <= ? AND seq > ?
 ORDER BY seq DESC LIMIT ?
