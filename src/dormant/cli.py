@@ -20,7 +20,6 @@ import logging
 import signal
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -46,7 +45,6 @@ from .cli_agents import (
 from .cli_backup import backup, restore
 from .cli_base import (
     LimitOpt,
-    MaxCharsOpt,
     StoreOpt,
     clip,
     err,
@@ -57,13 +55,13 @@ from .cli_base import (
     settings_for,
     when,
 )
+from .cli_chat import chat, send
 from .cli_history import export, show
-from .cli_retry import AllFailedOpt, BuiltinsOpt, ContextWindowOpt, MaxOutputOpt, SinceOpt, print_retry_all
+from .cli_retry import AllFailedOpt, SinceOpt, print_retry_all
 from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
-from .errors import DormantError, NotFound, UsageError
+from .errors import DormantError, UsageError
 from .logs import JsonFormatter, fields
-from .records import Priority
 from .runtime import Runtime
 from .store import open_store
 from .urls import redact, scrub
@@ -81,10 +79,6 @@ app = typer.Typer(
 CursorOpt = Annotated[
     str | None,
     typer.Option("--cursor", envvar="DORMANT_CURSOR", help="Resume after this cursor (printed by a page)."),
-]
-AgentOpt = Annotated[
-    str | None,
-    typer.Option("--agent", envvar="DORMANT_AGENT", help="Agent of a new thread (default: the first agent)."),
 ]
 
 
@@ -339,174 +333,6 @@ async def serve(rt: Runtime, *, until_idle: bool) -> None:
 
 
 @app.command()
-def send(
-    thread: Annotated[str, typer.Argument(help="Thread id (created if new).")],
-    text: Annotated[str, typer.Argument(help="User text to admit.")],
-    store: StoreOpt = DEFAULT_STORE,
-    key: Annotated[
-        str | None,
-        typer.Option(
-            "--key", envvar="DORMANT_KEY", help="Dedup key: the same (thread, key) is admitted once."
-        ),
-    ] = None,
-    agent: AgentOpt = None,
-    priority: Annotated[
-        int,
-        typer.Option(
-            "--priority", envvar="DORMANT_PRIORITY", min=0, max=2, help="0 urgent, 1 normal, 2 bulk."
-        ),
-    ] = 1,
-    app_spec: AppOpt = None,
-    model: ModelOpt = SCRIPTED,
-    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
-    system: SystemOpt = None,
-) -> None:
-    """Admit user text to a thread durably (it runs on the next `dormant run`)."""
-
-    async def go() -> None:
-        settings = settings_for(store)
-        agents = agents_for(app_spec, model, base_url, system)
-        async with Runtime(settings.store, agents, settings=settings) as rt:
-            admission = await rt.send(thread, text, key=key, agent=agent, priority=Priority(priority))
-        if admission.duplicate:
-            out.print(
-                f"duplicate: input {admission.input_id} was already admitted to thread "
-                f"{admission.thread_id} with key {admission.dedup_key!r}; nothing changed"
-            )
-        else:
-            out.print(
-                f"admitted input {admission.input_id} to thread {admission.thread_id} "
-                f"(key {admission.dedup_key!r}, priority P{priority})"
-            )
-
-    run_async(go())
-
-
-@app.command()
-def chat(
-    thread: Annotated[str, typer.Argument(help="Thread id (created if new).")],
-    store: StoreOpt = DEFAULT_STORE,
-    agent: AgentOpt = None,
-    concurrency: ConcurrencyOpt = None,
-    app_spec: AppOpt = None,
-    model: ModelOpt = SCRIPTED,
-    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
-    system: SystemOpt = None,
-    max_chars: MaxCharsOpt = 4000,
-    context_window: ContextWindowOpt = None,
-    max_output: MaxOutputOpt = None,
-    builtins: BuiltinsOpt = False,
-) -> None:
-    """Talk to a thread: each line of stdin is sent, run until idle, and the replies printed.
-
-    Works with piped stdin; ends on EOF or /quit. The built-in agent has no built-in
-    tools unless --builtins is given.
-    """
-    interactive = sys.stdin.isatty()
-    try:
-        settings = settings_for(store, concurrency=concurrency)
-        agents = agents_for(
-            app_spec,
-            model,
-            base_url,
-            system,
-            builtins=builtins,
-            context_window=context_window,
-            max_output_tokens=max_output,
-        )
-        with asyncio.Runner() as runner:
-            rt = Runtime(settings.store, agents, settings=settings)
-            runner.run(rt.open())
-            try:
-                cursor = runner.run(last_seq(rt, thread))
-                if interactive:
-                    where = redact(settings.store)
-                    err.print(f"chatting with thread {thread} on {where}; /quit or Ctrl-D ends")
-                while True:
-                    line = read_line(interactive)
-                    if line is None:
-                        break
-                    text = line.strip()
-                    if not text:
-                        continue
-                    if text in ("/quit", "/exit"):
-                        break
-                    cursor = runner.run(chat_turn(rt, thread, text, agent, cursor, max_chars, interactive))
-            finally:
-                runner.run(rt.close())
-                runner.run(close_models(agents))
-    except DormantError as exc:
-        fail(exc)
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-
-
-def read_line(interactive: bool) -> str | None:
-    """One line of stdin (None at EOF); prompts when stdin is a terminal."""
-    if interactive:
-        try:
-            return out.input("[bold cyan]you>[/] ")
-        except EOFError:
-            return None
-    line = sys.stdin.readline()
-    return line if line else None
-
-
-async def last_seq(rt: Runtime, thread_id: str) -> int:
-    """The thread's last message seq, 0 for a thread that does not exist yet."""
-    try:
-        return (await rt.thread(thread_id)).last_seq
-    except NotFound:
-        return 0
-
-
-async def chat_turn(
-    rt: Runtime,
-    thread_id: str,
-    text: str,
-    agent: str | None,
-    cursor: int,
-    max_chars: int,
-    interactive: bool = False,
-) -> int:
-    """Send ``text``, run until idle, print what the agent said after ``cursor``; the new cursor."""
-    await rt.send(thread_id, text, key=f"chat:{uuid.uuid4().hex}", agent=agent)
-    if interactive:
-        with err.status("thinking…"):
-            await rt.run_until_idle()
-    else:
-        await rt.run_until_idle()
-    replies = 0
-    while True:
-        page = await rt.history(thread_id, cursor=str(cursor), limit=100)
-        for message in page.items:
-            cursor = message.seq
-            if message.role == "assistant":
-                replies += 1
-                if message.content:
-                    out.print(Text.assemble(("assistant: ", "bold green"), clip(message.content, max_chars)))
-                for call in message.tool_calls:
-                    out.print(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
-            elif message.role == "tool":
-                result = clip(message.content, max_chars).replace("\n", " ⏎ ")
-                out.print(Text(f"  ← {message.name or 'tool'}: {result}", style="magenta"))
-        if page.next_cursor is None:
-            break
-    row = await rt.thread(thread_id)
-    if row.status == "failed":
-        err.print(
-            Text(
-                f"thread {thread_id} failed: {row.error}; fix the cause, then `dormant retry {thread_id}`",
-                "red",
-            )
-        )
-    elif replies == 0:
-        note = f" (last error: {row.error})" if row.error else ""
-        err.print(Text(f"no reply yet; the thread will be retried by `dormant run`{note}", "yellow"))
-    return cursor
-
-
-@app.command()
 def threads(
     store: StoreOpt = DEFAULT_STORE,
     cursor: CursorOpt = None,
@@ -574,6 +400,8 @@ def threads(
 
 # history commands live in cli_history; registered here to keep the order of `--help`
 app.command()(show)
+app.command()(send)
+app.command()(chat)
 app.command()(export)
 app.command()(backup)
 app.command()(restore)

@@ -98,3 +98,9 @@ def worker_command(
     env["DORMANT_STORE"] = store
     env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
     return argv, env
+
+
+AgentOpt = Annotated[
+    str | None,
+    typer.Option("--agent", envvar="DORMANT_AGENT", help="Agent of a new thread (default: the first agent)."),
+]
