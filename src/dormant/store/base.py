@@ -32,6 +32,7 @@ from ..records import (
 if TYPE_CHECKING:
     from ..cache import ViewCache
     from ..doctor import Report
+    from .journal import StateJournal
     from .views import ViewReads
 
 #: Largest page any paged read returns, whatever the caller asks for.
@@ -49,6 +50,8 @@ class Store(Protocol):
     view_reads: ViewReads
     #: bytes :meth:`read_blob` returned so far (for benchmarks)
     blob_read_bytes: int
+    #: the state journal (recovery, checkpoints, paged reads); plans carry its change records
+    journal: StateJournal
 
     @property
     def commits(self) -> int:

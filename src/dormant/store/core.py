@@ -21,6 +21,7 @@ from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
 from ..errors import InvalidInput, NotFound, StoreError, UsageError
+from ..journal import validate_changes
 from ..records import (
     Admission,
     BlobRef,
@@ -39,6 +40,7 @@ from ..records import (
 )
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
+from .journal import StateJournal
 from .views import ViewReads, load_view
 
 if TYPE_CHECKING:
@@ -155,6 +157,8 @@ class StoreCore:
         self.view_reads = ViewReads()
         #: bytes read_blob returned so far (benchmarks)
         self.blob_read_bytes = 0
+        #: the state journal: recovery, checkpoints, paged reads (change records come with plans)
+        self.journal = StateJournal(backend)
 
     # -- lifecycle and abilities ---------------------------------------------------------
 
@@ -265,6 +269,9 @@ class StoreCore:
         """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""
         check_plan(plan)
         validate(plan.admissions, self.max_input_bytes)
+        validate_changes(plan.state)
+        if plan.runs < 0:
+            raise UsageError("a plan cannot end a negative number of runs")
         try:
             await self.backend.apply_plan(plan)
         except BaseException:

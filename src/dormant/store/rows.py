@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ..records import Input, Message, OutboxEntry, Priority, Summary, Thread, ToolCall
+from ..records import Input, JournalEntry, Message, OutboxEntry, Priority, Summary, Thread, ToolCall
 
 THREAD_COLS = (
     "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at, "
@@ -27,9 +27,10 @@ OUTBOX_COLS = (
     "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
     "lease_token, last_error, created_at"
 )
+JOURNAL_COLS = "thread_id, seq, kind, key, value, run, upto, parts, size, digest, recoverable, created_at"
 THREAD_WIDTH = THREAD_COLS.count(",") + 1
 #: Tables whose rows belong to a thread (``thread_id``), deleted with it.
-THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries")
+THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries", "state_journal", "state_parts")
 
 PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
 TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])
@@ -116,5 +117,23 @@ def row_entry(row: Sequence[Any]) -> OutboxEntry:
         idempotent=bool(row[8]),
         token=row[9],
         last_error=row[10],
+        created_at=row[11],
+    )
+
+
+def row_journal(row: Sequence[Any]) -> JournalEntry:
+    """A ``state_journal`` row (JOURNAL_COLS) as a :class:`JournalEntry`."""
+    return JournalEntry(
+        thread_id=row[0],
+        seq=row[1],
+        kind=row[2],
+        key=row[3],
+        value=row[4],
+        run=row[5],
+        upto=row[6],
+        parts=row[7],
+        size=row[8],
+        digest=row[9],
+        recoverable=bool(row[10]),
         created_at=row[11],
     )

@@ -8,7 +8,15 @@ backend holds SQL text.
 
 from __future__ import annotations
 
-from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
+from ..rows import (
+    INPUT_COLS,
+    JOURNAL_COLS,
+    MESSAGE_COLS,
+    OUTBOX_COLS,
+    SUMMARY_COLS,
+    THREAD_COLS,
+    THREAD_TABLES,
+)
 
 # The multi-row operations take their records as one jsonb document (msgspec encoding).
 ADMIT = "SELECT r_input_id, r_duplicate FROM dormant_admit(%s::jsonb, %s::float8[], %s::float8)"
@@ -234,3 +242,39 @@ DELETE_BLOB_CHUNKS = "DELETE FROM blob_chunks WHERE ref = ANY (%s)"
 # -- the throwaway test server (embedded.py) ------------------------------------------
 ALTER_SYSTEM = "ALTER SYSTEM SET {name} = '{value}'"  # names and values from embedded.NOT_DURABLE
 RELOAD_CONF = "SELECT pg_reload_conf()"
+
+# -- the state journal (issue 17.3); change records are written by dormant_commit_slice
+THREAD_RUNS = "SELECT runs FROM threads WHERE id = %s"
+# A checkpoint header, not recoverable yet, numbered after the journal's newest (the
+# writer locked the thread row first).
+BEGIN_CHECKPOINT = f"""
+INSERT INTO state_journal (thread_id, seq, kind, run, upto, parts, size, digest, created_at)
+SELECT t.id, (SELECT coalesce(max(j.seq), 0) + 1 FROM state_journal j WHERE j.thread_id = t.id),
+       %(kind)s, t.runs, %(upto)s, %(parts)s, %(size)s, %(digest)s, %(now)s
+FROM threads t WHERE t.id = %(id)s
+RETURNING {JOURNAL_COLS}
+"""
+INSERT_PARTS = """
+INSERT INTO state_parts (thread_id, seq, idx, data)
+SELECT %s, %s, %s + p.n - 1, p.data FROM unnest(%s::text[]) WITH ORDINALITY AS p (data, n)
+"""
+MARK_RECOVERABLE = """
+UPDATE state_journal SET recoverable = true
+WHERE thread_id = %(id)s AND seq = %(seq)s AND kind IN ('full', 'incremental')
+  AND parts = (SELECT count(*) FROM state_parts WHERE thread_id = %(id)s AND seq = %(seq)s)
+"""
+JOURNAL_PAGE = (
+    f"SELECT {JOURNAL_COLS} FROM state_journal WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+NEWEST_CHECKPOINT = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = %s AND kind = %s AND recoverable ORDER BY seq DESC LIMIT 1
+"""
+CHECKPOINTS_AFTER = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = %s AND kind IN ('full', 'incremental') AND recoverable AND seq > %s
+ORDER BY seq LIMIT %s
+"""
+PARTS_PAGE = (
+    "SELECT data FROM state_parts WHERE thread_id = %s AND seq = %s AND idx >= %s ORDER BY idx LIMIT %s"
+)

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from ...errors import SchemaError, StoreError, UsageError
+from ...errors import NotFound, SchemaError, StoreError, UsageError
 from ...records import (
     Admission,
     BlobRef,
     Claim,
     CommitPlan,
+    JournalEntry,
     Message,
     NewInput,
     OutboxEntry,
@@ -42,7 +43,7 @@ from ...records import (
     Thread,
 )
 from ..backend import BackendDefaults
-from ..rows import row_entry, row_message, row_thread
+from ..rows import row_entry, row_journal, row_message, row_thread
 from . import jobs, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import (
@@ -329,10 +330,72 @@ class SQLiteBackend(BackendDefaults):
     async def apply_plan(self, plan: CommitPlan) -> None:
         """Apply a slice plan in one transaction."""
         now = self.clock()
-        size = sum(len(m.content) for m in plan.messages) + 512
+        size = sum(len(m.content) for m in plan.messages) + sum(len(c.value or "") for c in plan.state) + 512
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
+
+    # -- the state journal -----------------------------------------------------------
+
+    async def journal_rows(self, thread_id: str, after: int, limit: int) -> list[JournalEntry] | None:
+        """Journal entries of a thread after seq ``after``; None if the thread is missing."""
+        if not self._query(sql.THREAD_EXISTS, (thread_id,)):
+            return None
+        return [row_journal(r) for r in self._query(sql.JOURNAL_PAGE, (thread_id, after, limit))]
+
+    async def newest_checkpoint(self, thread_id: str, kind: str) -> JournalEntry | None:
+        """The newest recoverable checkpoint of ``kind`` of a thread."""
+        rows = self._query(sql.NEWEST_CHECKPOINT, (thread_id, kind))
+        return row_journal(rows[0]) if rows else None
+
+    async def checkpoints_after(self, thread_id: str, after: int, limit: int) -> list[JournalEntry]:
+        """Recoverable checkpoint headers of a thread after seq ``after``."""
+        return [row_journal(r) for r in self._query(sql.CHECKPOINTS_AFTER, (thread_id, after, limit))]
+
+    async def thread_runs(self, thread_id: str) -> int | None:
+        """Runs the thread ended; None if it is missing."""
+        rows = self._query(sql.THREAD_RUNS, (thread_id,))
+        return int(rows[0][0]) if rows else None
+
+    async def begin_checkpoint(
+        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str
+    ) -> JournalEntry:
+        """Insert a checkpoint header (not recoverable)."""
+        now = self.clock()
+
+        def job(conn: Conn) -> JournalEntry:
+            if conn.execute(sql.THREAD_EXISTS, (thread_id,)).fetchone() is None:
+                raise NotFound(f"no thread {thread_id!r}")
+            row = conn.execute(
+                sql.INSERT_CHECKPOINT, (thread_id, kind, upto, parts, size, digest, now)
+            ).fetchone()
+            return row_journal(row)
+
+        result: JournalEntry = await self._write(job)
+        return result
+
+    async def put_checkpoint_parts(self, thread_id: str, seq: int, first: int, parts: Sequence[str]) -> None:
+        """Store parts ``first ..`` of checkpoint ``seq``, one transaction."""
+        rows = [(thread_id, seq, first + n, data) for n, data in enumerate(parts)]
+
+        def job(conn: Conn) -> None:
+            conn.executemany(sql.INSERT_PART, rows)
+
+        await self._write(job, sum(map(len, parts)) + 64)
+
+    async def checkpoint_parts(self, thread_id: str, seq: int, first: int, limit: int) -> list[str]:
+        """Up to ``limit`` parts of checkpoint ``seq`` from index ``first``."""
+        return [r[0] for r in self._query(sql.PARTS_PAGE, (thread_id, seq, first, limit))]
+
+    async def mark_recoverable(self, thread_id: str, seq: int) -> bool:
+        """Mark checkpoint ``seq`` recoverable if all its parts are stored."""
+
+        def job(conn: Conn) -> bool:
+            conn.execute(sql.MARK_RECOVERABLE, (thread_id, seq))
+            return bool(conn.changes())
+
+        result: bool = await self._write(job)
+        return result
 
     async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
         """Give a lease back without committing."""

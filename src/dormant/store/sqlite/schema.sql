@@ -26,7 +26,9 @@ CREATE TABLE threads (
     -- prompt tokens of the thread's own messages, and of those its latest summary covers
     tokens            INTEGER NOT NULL DEFAULT 0,
     summarized_tokens INTEGER NOT NULL DEFAULT 0,
-    summary_seq       INTEGER NOT NULL DEFAULT 0
+    summary_seq       INTEGER NOT NULL DEFAULT 0,
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
@@ -139,3 +141,32 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_pending ON outbox (available_at) WHERE status = 'pending';
 CREATE INDEX outbox_running ON outbox (lease_expires) WHERE status = 'running';
+
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable = 1, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   TEXT NOT NULL REFERENCES threads(id),
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         TEXT,
+    value       TEXT,
+    run         INTEGER NOT NULL DEFAULT 0,
+    upto        INTEGER NOT NULL DEFAULT 0,
+    parts       INTEGER NOT NULL DEFAULT 0,
+    size        INTEGER NOT NULL DEFAULT 0,
+    digest      TEXT,
+    recoverable INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE TABLE state_parts (
+    thread_id TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
+) WITHOUT ROWID;
