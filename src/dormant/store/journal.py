@@ -125,6 +125,24 @@ class StateJournal:
                 break
         return Recovered(state, upto, base, delta, full, increments, increment_bytes, replayed)
 
+    async def state_at(self, thread_id: str, at_seq: int) -> journal.State:
+        """The thread's state as it was at journal seq ``at_seq`` (time travel: a
+        replay of the change records up to it; the journal is never rewritten)."""
+        state: journal.State = {}
+        cursor = 0
+        while cursor < at_seq:
+            rows = await self.backend.journal_rows(thread_id, cursor, READ_PAGE)
+            if rows is None:
+                raise NotFound(f"no thread {thread_id!r}")
+            for row in rows:
+                if row.seq > at_seq:
+                    return state
+                journal.apply(state, row)
+            if len(rows) < READ_PAGE:
+                break
+            cursor = rows[-1].seq
+        return state
+
     async def checkpoint(self, thread_id: str, kind: str, part_chars: int = 64 * 1024) -> JournalEntry | None:
         """Write a checkpoint of ``kind`` (``full`` or ``incremental``) and mark it
         recoverable once verified; the header (None: nothing changed since the last one)."""
