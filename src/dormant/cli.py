@@ -717,6 +717,15 @@ def _mount_bench() -> None:
 _mount_bench()
 
 
+def _mount_gc() -> None:
+    from .cli_gc import gc
+
+    app.command()(gc)
+
+
+_mount_gc()
+
+
 def main() -> None:
     """Entry point of the ``dormant`` script."""
     try:

@@ -271,6 +271,18 @@ class Backend(Protocol):
         (one transaction); whether it was marked."""
         ...
 
+    # -- retention -------------------------------------------------------------------
+
+    async def shrink_tool_results(
+        self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
+    ) -> int:
+        """Cut the content of at most ``limit`` tool-result messages of a thread, oldest
+        first, among those before its ``keep`` (>= 1) newest tool results, to their first
+        ``head_chars`` characters followed by ``note`` (token count cleared: views
+        estimate it); messages already that short are left. The messages stay (every
+        call keeps its one result). One transaction; how many were cut."""
+        ...
+
     # -- blobs -----------------------------------------------------------------------
 
     async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:

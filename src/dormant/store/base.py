@@ -206,6 +206,11 @@ class Store(Protocol):
 
     # -- blobs (see dormant.blobs) ---------------------------------------------------
 
+    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
+        """Retention: cut at most ``limit`` tool results older than the thread's ``keep``
+        newest to ``head_chars`` characters and a note (messages stay); how many."""
+        ...
+
     async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
         """Store the concatenation of ``chunks`` (pieces of any size) as one blob that
         ``thread_id`` refers to, and return its ref (``sha256:<hex>``) and size.

@@ -46,6 +46,9 @@ from .views import ViewReads, load_view
 if TYPE_CHECKING:
     from ..doctor import Report
 
+#: Appended to a tool result that retention cut (:meth:`StoreCore.shrink_tool_results`).
+RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is kept]"
+
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
 
@@ -357,6 +360,18 @@ class StoreCore:
     async def status(self) -> StoreStatus:
         """Counts and sizes for ``dormant status``."""
         return await self.backend.status()
+
+    # -- retention -------------------------------------------------------------------
+
+    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
+        """Cut old tool results of a thread to their head (see
+        :meth:`Backend.shrink_tool_results`); how many were cut. Its cached views go."""
+        if keep < 1 or head_chars < 0 or limit < 1:
+            raise UsageError("keep and limit must be >= 1, head_chars >= 0")
+        cut = await self.backend.shrink_tool_results(thread_id, keep, head_chars, RETENTION_NOTE, limit)
+        if cut:
+            self.views.discard(thread_id)
+        return cut
 
     # -- blobs -----------------------------------------------------------------------
 

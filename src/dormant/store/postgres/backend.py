@@ -125,6 +125,7 @@ class PostgresBackend(BackendDefaults):
         self.put_checkpoint_parts = self.journal.put_checkpoint_parts
         self.checkpoint_parts = self.journal.checkpoint_parts
         self.mark_recoverable = self.journal.mark_recoverable
+        self.shrink_tool_results = self.journal.shrink_tool_results
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._writer: Writer | None = None  # None while closed

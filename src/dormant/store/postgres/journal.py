@@ -86,3 +86,12 @@ class PgJournal:
         job = Job(sql.MARK_RECOVERABLE, {"id": thread_id, "seq": seq}, lambda rows, count: count == 1)
         result: bool = await self.write(job, 256)
         return result
+
+    async def shrink_tool_results(
+        self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
+    ) -> int:
+        """Cut old tool results to their head and ``note``; how many were cut."""
+        params = {"id": thread_id, "keep": keep, "head": head_chars, "note": note, "limit": limit}
+        job = Job(sql.SHRINK_TOOL_RESULTS, params, lambda rows, count: count, threads=(thread_id,))
+        result: int = await self.write(job, 256)
+        return result

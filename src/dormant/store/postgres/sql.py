@@ -278,3 +278,14 @@ ORDER BY seq LIMIT %s
 PARTS_PAGE = (
     "SELECT data FROM state_parts WHERE thread_id = %s AND seq = %s AND idx >= %s ORDER BY idx LIMIT %s"
 )
+
+# -- retention (issue 17.2): see the SQLite statement of the same name
+SHRINK_TOOL_RESULTS = """
+UPDATE messages SET content = left(content, %(head)s) || %(note)s, tokens = NULL
+WHERE thread_id = %(id)s AND seq IN (
+  SELECT m.seq FROM messages m
+  WHERE m.thread_id = %(id)s AND m.role = 'tool' AND length(m.content) > %(head)s + length(%(note)s)
+    AND m.seq < coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = %(id)s AND k.role = 'tool'
+                          ORDER BY k.seq DESC LIMIT 1 OFFSET %(keep)s - 1), 0)
+  ORDER BY m.seq LIMIT %(limit)s)
+"""

@@ -397,6 +397,18 @@ class SQLiteBackend(BackendDefaults):
         result: bool = await self._write(job)
         return result
 
+    async def shrink_tool_results(
+        self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
+    ) -> int:
+        """Cut old tool results to their head and ``note``; how many were cut."""
+
+        def job(conn: Conn) -> int:
+            conn.execute(sql.SHRINK_TOOL_RESULTS, (thread_id, keep, head_chars, note, limit))
+            return int(conn.changes())
+
+        result: int = await self._write(job)
+        return result
+
     async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
         """Give a lease back without committing."""
         now = self.clock()

@@ -385,3 +385,15 @@ SELECT {JOURNAL_COLS} FROM state_journal
 WHERE thread_id = ? AND kind IN ('full', 'incremental') AND recoverable = 1 AND seq > ?
 ORDER BY seq LIMIT ?
 """
+
+# -- retention (issue 17.2): tool results older than the newest ?2 keep ?3 characters
+# plus ?4 (a note), at most ?5 messages per call; the message itself always stays.
+SHRINK_TOOL_RESULTS = """
+UPDATE messages SET content = substr(content, 1, ?3) || ?4, tokens = NULL
+WHERE id IN (
+  SELECT m.id FROM messages m
+  WHERE m.thread_id = ?1 AND m.role = 'tool' AND length(m.content) > ?3 + length(?4)
+    AND m.seq < coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = ?1 AND k.role = 'tool'
+                          ORDER BY k.seq DESC LIMIT 1 OFFSET ?2 - 1), 0)
+  ORDER BY m.seq LIMIT ?5)
+"""
