@@ -1,0 +1,186 @@
+"""``Memory``: the async API of long-term memory (``rt.memory`` once it is wired into the runtime).
+
+Every method runs the :class:`~dormant.memory.core.MemoryCore` operation in a
+worker thread (``asyncio.to_thread``), so neither the embedder nor the database
+ever blocks the event loop. Listings are paged. The tenant defaults to
+:data:`~dormant.memory.records.DEFAULT_TENANT` until the server adds tenants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .backend import AddResult, MemoryBackend, RebindMode
+from .core import HYBRID, MemoryConfig, MemoryCore, RecallMode
+from .dictionary import load_dictionary
+from .embedder import Embedder, MiniLMEmbedder
+from .ranking import FilterSpec
+from .records import (
+    DEFAULT_TENANT,
+    MemoryChange,
+    MemoryKind,
+    MemoryPage,
+    MemoryRecord,
+    NewMemory,
+    Recall,
+    TagValue,
+)
+from .sqlite_backend import open_backend
+
+
+class Memory:
+    """Long-term memory of one store: add, recall, get, history, forget, bind, rebind.
+
+    Use as an async context manager (or call :meth:`close`).
+    """
+
+    def __init__(self, core: MemoryCore, *, tenant: str = DEFAULT_TENANT) -> None:
+        self.core = core
+        self.tenant = tenant
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        embedder: Embedder | None = None,
+        config: MemoryConfig | None = None,
+        tenant: str = DEFAULT_TENANT,
+        **backend_options: Any,
+    ) -> Memory:
+        """Memory on a store URL (``sqlite:///path`` or ``:memory:``). ``embedder=None``: MiniLM, lazily."""
+        backend: MemoryBackend = open_backend(url, **backend_options)
+        return cls(
+            MemoryCore(backend, embedder if embedder is not None else MiniLMEmbedder(), config), tenant=tenant
+        )
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the backend's connection."""
+        await asyncio.to_thread(self.core.backend.close)
+
+    async def add(
+        self,
+        subject: str,
+        text: str,
+        *,
+        kind: MemoryKind = "fact",
+        tags: Mapping[str, TagValue] | None = None,
+        importance: float = 0.5,
+        replaces: Sequence[str] = (),
+        agent: str | None = None,
+        thread: str | None = None,
+        source_seq: int | None = None,
+        actor: str = "api",
+    ) -> AddResult:
+        """Store one memory durably (returns after COMMIT); it may supersede older ones."""
+        new = NewMemory(
+            subject=subject,
+            kind=kind,
+            text=text,
+            tags=dict(tags or {}),
+            importance=importance,
+            replaces=tuple(replaces),
+            agent=agent,
+            thread=thread,
+            source_thread=thread,
+            source_seq=source_seq,
+        )
+        return await asyncio.to_thread(self.core.add, self.tenant, new, actor=actor)
+
+    async def add_many(self, memories: Sequence[NewMemory], *, actor: str = "api") -> list[AddResult]:
+        """Store several memories in one transaction."""
+        return await asyncio.to_thread(self.core.add_many, self.tenant, memories, actor=actor)
+
+    async def recall(
+        self,
+        subject_keys: Sequence[str],
+        query: str = "",
+        *,
+        tags: Mapping[str, TagValue] | None = None,
+        kinds: Sequence[MemoryKind] = (),
+        k: int = 5,
+        at: float | None = None,
+        history: bool = False,
+        mode: RecallMode = HYBRID,
+    ) -> Recall:
+        """The best ``k`` memories of the subject(s) for ``query`` (see :meth:`MemoryCore.recall`)."""
+        return await asyncio.to_thread(
+            self.core.recall,
+            self.tenant,
+            subject_keys,
+            query,
+            kinds=kinds,
+            tags=tags,
+            k=k,
+            at=at,
+            history=history,
+            mode=mode,
+        )
+
+    async def get(self, subject_keys: Sequence[str], record_id: str) -> MemoryRecord:
+        """One record of the subject(s); NotFound outside the scope."""
+        return await asyncio.to_thread(self.core.get, self.tenant, subject_keys, record_id)
+
+    async def list(
+        self,
+        subject_keys: Sequence[str],
+        *,
+        spec: FilterSpec | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> MemoryPage[MemoryRecord]:
+        """The subject's records, newest first, one page."""
+        return await asyncio.to_thread(
+            self.core.list, self.tenant, subject_keys, spec=spec, cursor=cursor, limit=limit
+        )
+
+    async def history(
+        self,
+        subject_keys: Sequence[str],
+        *,
+        record_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> MemoryPage[MemoryChange]:
+        """The history of the subject (or of one record), oldest first, one page."""
+        return await asyncio.to_thread(
+            self.core.history, self.tenant, subject_keys, record_id=record_id, cursor=cursor, limit=limit
+        )
+
+    async def forget(
+        self, subject_keys: Sequence[str], record_id: str, *, reason: str = "", actor: str = "api"
+    ) -> None:
+        """Invalidate one record (kept in the history)."""
+        await asyncio.to_thread(
+            self.core.forget, self.tenant, subject_keys, record_id, actor=actor, reason=reason
+        )
+
+    async def bind(self, parts: Mapping[str, str]) -> str:
+        """The binding key of identity ``parts`` (registered for partial lookups through links)."""
+        return await asyncio.to_thread(self.core.bind, self.tenant, parts)
+
+    async def keys_for(
+        self, part: str, value: str, *, cursor: str | None = None, limit: int = 50
+    ) -> MemoryPage[str]:
+        """The keys bound with one identity part (e.g. a phone), one page."""
+        return await asyncio.to_thread(
+            self.core.keys_for, self.tenant, part, value, cursor=cursor, limit=limit
+        )
+
+    async def rebind(self, old: str, new: str, *, mode: RebindMode = "move", actor: str = "api") -> int:
+        """Move/merge ``old``'s memories to ``new``, or link/unlink the keys (audited)."""
+        return await asyncio.to_thread(self.core.rebind, self.tenant, old, new, mode=mode, actor=actor)
+
+    async def load_dictionary(self, source: Path | Sequence[Sequence[str]]) -> int:
+        """Replace the tenant's synonym groups from a file (JSON/TOML/CSV) or a list of groups."""
+        groups = load_dictionary(source) if isinstance(source, Path) else [list(g) for g in source]
+        return await asyncio.to_thread(self.core.save_dictionary, self.tenant, groups)

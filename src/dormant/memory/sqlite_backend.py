@@ -1,0 +1,619 @@
+"""SQLite memory backend: row operations, their SQL, and the migration runner.
+
+Full text is FTS5 (contentless, ``porter unicode61``, CJK pre-split into bigrams
+by :mod:`~dormant.memory.fulltext`); vectors are a ``sqlite-vec`` ``vec0`` table
+partitioned by subject, so a scoped KNN reads one subject's vectors only. When
+the extension cannot be loaded, :attr:`vector_available` is False and recall
+says it degraded to text + structure.
+
+Temporary: this opens its own apsw connection to the store's file (WAL lets it
+share the file with the store's connections). When the store core lands, these
+statements move into the SQLite backend and this connection goes away.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+import apsw
+import msgspec
+
+from ..errors import DormantError, SchemaError, StoreError, StoreFull, StoreLocked, UsageError
+from .backend import AddItem, AddResult, Decide, RebindMode, Search
+from .fulltext import index_text
+from .ranking import Candidate, FilterSpec
+from .records import MemoryChange, MemoryRecord
+
+Vector = tuple[float, ...]
+#: apsw rows are untyped; the converters below give them types
+Conn = Any
+_COLS = (
+    "rid, id, tenant, subject, kind, text, tags, agent, thread, importance, source_thread, source_seq, "
+    "created_at, valid_from, invalid_at, last_access_at, access_count, content_hash"
+)
+_RCOLS = ", ".join("r." + x.strip() for x in _COLS.split(","))
+_MIGRATION_RE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_decode_tags = msgspec.json.Decoder(dict[str, str | int | float | bool])
+
+
+def translate(exc: BaseException) -> BaseException:
+    """An apsw error as the dormant error a caller should see (others unchanged)."""
+    if isinstance(exc, DormantError) or not isinstance(exc, apsw.Error):
+        return exc
+    if isinstance(exc, apsw.FullError):
+        new: StoreError = StoreFull(f"the database or its disk is full: {exc}")
+    elif isinstance(exc, apsw.BusyError | apsw.LockedError):
+        new = StoreLocked(f"the database stayed locked past the busy timeout: {exc}")
+    elif isinstance(exc, apsw.CorruptError | apsw.NotADBError):
+        new = SchemaError(f"the database file is damaged: {exc}")
+    else:
+        new = StoreError(f"SQLite error: {exc}")
+    new.__cause__ = exc
+    return new
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The numbered migration files, ``(number, name, sql)``, in order."""
+    folder = resources.files(__package__).joinpath("migrations/sqlite")
+    out = []
+    for entry in folder.iterdir():
+        m = _MIGRATION_RE.match(entry.name)
+        if m:
+            out.append((int(m.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(out)
+
+
+def pack(vec: Sequence[float]) -> bytes:
+    """A vector as sqlite-vec's float32 blob."""
+    return struct.pack(f"{len(vec)}f", *vec)
+
+
+def unpack(blob: bytes) -> Vector:
+    """A float32 blob as a vector."""
+    return struct.unpack(f"{len(blob) // 4}f", blob)
+
+
+def _record(row: Sequence[Any], vector: Vector | None = None) -> MemoryRecord:
+    return MemoryRecord(
+        id=row[1],
+        tenant=row[2],
+        subject=row[3],
+        kind=row[4],
+        text=row[5],
+        tags=_decode_tags.decode(row[6]),
+        agent=row[7],
+        thread=row[8],
+        importance=row[9],
+        source_thread=row[10],
+        source_seq=row[11],
+        created_at=row[12],
+        valid_from=row[13],
+        invalid_at=row[14],
+        last_access_at=row[15],
+        access_count=row[16],
+        content_hash=row[17],
+        embedding=vector,
+    )
+
+
+def _filter(spec: FilterSpec, now: float, alias: str = "r") -> tuple[str, list[Any]]:
+    """The structural filter as a WHERE fragment (tag keys are validated identifiers)."""
+    sql: list[str] = []
+    args: list[Any] = []
+    if spec.kinds:
+        sql.append(f"{alias}.kind IN ({','.join('?' * len(spec.kinds))})")
+        args.extend(sorted(spec.kinds))
+    for key, value in sorted(spec.tags.items()):
+        path = f"'$.{key}'"
+        if isinstance(value, bool):
+            sql.append(f"json_type({alias}.tags, {path}) = ?")
+            args.append("true" if value else "false")
+            continue
+        jtype = "text" if isinstance(value, str) else "integer" if isinstance(value, int) else "real"
+        sql.append(f"json_type({alias}.tags, {path}) = ? AND json_extract({alias}.tags, {path}) = ?")
+        args.extend([jtype, value])
+    if not spec.history:
+        at = spec.at if spec.at is not None else now
+        sql.append(f"{alias}.valid_from <= ? AND ({alias}.invalid_at IS NULL OR {alias}.invalid_at > ?)")
+        args.extend([at, at])
+    return (" AND ".join(sql) or "1"), args
+
+
+def _in(keys: Sequence[object]) -> str:
+    return ",".join("?" * len(keys))
+
+
+def _scope_phrase(keys: Sequence[str]) -> str:
+    return "(" + " OR ".join(f'"{k}"' for k in keys) + ")"
+
+
+class SQLiteMemoryBackend:
+    """Memory rows in a SQLite file (or ``:memory:``) through apsw; one connection, one lock."""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 5000, load_vec: bool = True) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            self._conn = apsw.Connection(path)
+            self._conn.setbusytimeout(busy_timeout_ms)
+            if path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+        except apsw.Error as exc:
+            raise translate(exc) from exc
+        self._vec = load_vec and self._load_vec()
+        self._migrate()
+        self._dim = self._vec_dim()
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _load_vec(self) -> bool:
+        try:
+            import sqlite_vec
+
+            self._conn.enable_load_extension(True)
+            self._conn.load_extension(sqlite_vec.loadable_path())
+            self._conn.enable_load_extension(False)
+            return True
+        except (ImportError, apsw.Error, AttributeError):
+            return False
+
+    def _migrate(self) -> None:
+        with self._write() as c:
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS memory_schema (version INTEGER NOT NULL, name TEXT NOT NULL)"
+            )
+            done = {v for (v,) in c.execute("SELECT version FROM memory_schema")}
+            known = migrations()
+            if done and max(done) > (known[-1][0] if known else 0):
+                raise SchemaError(f"memory schema version {max(done)} is newer than this runtime")
+            for number, name, sql in known:
+                if number not in done:
+                    c.execute(sql)
+                    c.execute("INSERT INTO memory_schema VALUES (?, ?)", (number, name))
+
+    def _vec_dim(self) -> int | None:
+        row = self._conn.execute("SELECT value FROM memory_meta WHERE name = 'vector_dim'").fetchone()
+        return int(row[0]) if row else None
+
+    def _ensure_vec(self, c: Conn, dim: int) -> None:
+        if self._dim == dim:
+            return
+        if self._dim is not None:
+            raise UsageError(f"this memory holds {self._dim}-d vectors; the embedder gives {dim}-d")
+        c.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS memory_vec USING vec0("
+            f"subject text partition key, embedding float[{int(dim)}] distance_metric=cosine)"
+        )
+        c.execute("INSERT OR REPLACE INTO memory_meta VALUES ('vector_dim', ?)", (str(dim),))
+        self._dim = dim
+
+    @contextmanager
+    def _write(self) -> Iterator[Conn]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except apsw.Error as exc:
+                raise translate(exc) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Conn]:
+        with self._lock:
+            try:
+                with self._conn:
+                    yield self._conn
+            except apsw.Error as exc:
+                raise translate(exc) from exc
+
+    @property
+    def vector_available(self) -> bool:
+        return self._vec
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _resolve(self, c: Conn, tenant: str, key: str) -> str:
+        for _ in range(16):
+            row = c.execute(
+                "SELECT new_key FROM memory_moves WHERE tenant = ? AND old_key = ?", (tenant, key)
+            ).fetchone()
+            if row is None:
+                return key
+            key = row[0]
+        raise StoreError(f"memory move chain of {key} is longer than 16")
+
+    def _history(
+        self,
+        c: Conn,
+        tenant: str,
+        op: str,
+        subject: str,
+        rec: str | None,
+        actor: str,
+        at: float,
+        detail: str = "",
+    ) -> None:
+        c.execute(
+            "INSERT INTO memory_history (tenant, op, subject, record_id, actor, at, detail) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (tenant, op, subject, rec, actor, at, detail),
+        )
+
+    def add_many(self, tenant: str, items: Sequence[AddItem], decide: Decide, actor: str) -> list[AddResult]:
+        out = []
+        with self._write() as c:
+            for item in items:
+                out.append(self._add(c, tenant, item, decide, actor))
+        return out
+
+    def _add(self, c: Conn, tenant: str, item: AddItem, decide: Decide, actor: str) -> AddResult:
+        rec = item.record
+        subject = self._resolve(c, tenant, rec.subject)
+        if subject != rec.subject:
+            rec = msgspec.structs.replace(rec, subject=subject)
+        dup = c.execute(
+            f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject = ? AND content_hash = ? "
+            "AND invalid_at IS NULL",
+            (tenant, subject, rec.content_hash),
+        ).fetchone()
+        if dup is not None:
+            c.execute(
+                "UPDATE memory_records SET importance = max(importance, ?) WHERE rid = ?",
+                (rec.importance, dup[0]),
+            )
+            self._history(c, tenant, "update", subject, dup[1], actor, rec.created_at, "duplicate merged")
+            return AddResult(_record(dup), duplicate=True)
+        olds: list[MemoryRecord] = []
+        if item.key is not None:
+            olds = [
+                _record(r)
+                for r in c.execute(
+                    f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject = ? AND kind = ? "
+                    "AND key_tag = ? AND invalid_at IS NULL",
+                    (tenant, subject, rec.kind, item.key),
+                )
+            ]
+        if item.replaces:
+            olds += [
+                _record(r)
+                for r in c.execute(
+                    f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject = ? "
+                    f"AND invalid_at IS NULL AND id IN ({_in(item.replaces)})",
+                    (tenant, subject, *item.replaces),
+                )
+            ]
+        gone = tuple(dict.fromkeys(decide(rec, olds)))
+        for old_id in gone:
+            c.execute(
+                "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ? "
+                "AND invalid_at IS NULL",
+                (rec.valid_from, tenant, old_id),
+            )
+            self._history(c, tenant, "supersede", subject, old_id, actor, rec.created_at, f"by {rec.id}")
+        c.execute(
+            f"INSERT INTO memory_records (key_tag, {_COLS.removeprefix('rid, ')}) VALUES ({_in(range(18))})",
+            (
+                item.key,
+                rec.id,
+                tenant,
+                subject,
+                rec.kind,
+                rec.text,
+                msgspec.json.encode(rec.tags).decode(),
+                rec.agent,
+                rec.thread,
+                rec.importance,
+                rec.source_thread,
+                rec.source_seq,
+                rec.created_at,
+                rec.valid_from,
+                rec.invalid_at,
+                rec.last_access_at,
+                rec.access_count,
+                rec.content_hash,
+            ),
+        )
+        rid = c.last_insert_rowid()
+        c.execute(
+            "INSERT INTO memory_fts (rowid, scope, body) VALUES (?, ?, ?)",
+            (rid, subject, index_text(rec.text)),
+        )
+        if item.vector is not None and self._vec:
+            self._ensure_vec(c, len(item.vector))
+            c.execute(
+                "INSERT INTO memory_vec (rowid, subject, embedding) VALUES (?, ?, ?)",
+                (rid, subject, pack(item.vector)),
+            )
+        self._history(c, tenant, "add", subject, rec.id, actor, rec.created_at)
+        return AddResult(rec, superseded=gone)
+
+    def touch(self, tenant: str, ids: Sequence[str], now: float) -> None:
+        if not ids:
+            return
+        with self._write() as c:
+            c.execute(
+                "UPDATE memory_records SET access_count = access_count + 1, last_access_at = ? "
+                f"WHERE tenant = ? AND id IN ({_in(ids)})",
+                (now, tenant, *ids),
+            )
+
+    def forget(
+        self, tenant: str, keys: Sequence[str], record_id: str, now: float, actor: str, reason: str
+    ) -> bool:
+        with self._write() as c:
+            row = c.execute(
+                "SELECT subject FROM memory_records WHERE tenant = ? AND id = ? "
+                f"AND subject IN ({_in(keys)}) AND invalid_at IS NULL",
+                (tenant, record_id, *keys),
+            ).fetchone()
+            if row is None:
+                return False
+            c.execute(
+                "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ?",
+                (now, tenant, record_id),
+            )
+            self._history(c, tenant, "forget", row[0], record_id, actor, now, reason)
+            return True
+
+    def rebind(self, tenant: str, old: str, new: str, mode: RebindMode, now: float, actor: str) -> int:
+        with self._write() as c:
+            if mode in ("link", "unlink"):
+                return self._link(c, tenant, old, new, mode, now, actor)
+            new = self._resolve(c, tenant, new)
+            if new == old:
+                raise UsageError("cannot move a subject onto itself")
+            dups = c.execute(
+                "SELECT a.id, b.id FROM memory_records a JOIN memory_records b ON b.tenant = a.tenant "
+                "AND b.subject = ? AND b.content_hash = a.content_hash AND b.invalid_at IS NULL "
+                "WHERE a.tenant = ? AND a.subject = ? AND a.invalid_at IS NULL",
+                (new, tenant, old),
+            ).fetchall()
+            for a_id, b_id in dups:
+                c.execute(
+                    "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ?",
+                    (now, tenant, a_id),
+                )
+                self._history(c, tenant, "merge", old, a_id, actor, now, f"duplicate of {b_id}")
+            rows = c.execute(
+                "SELECT rid, id, text FROM memory_records WHERE tenant = ? AND subject = ?", (tenant, old)
+            ).fetchall()
+            for rid, rec_id, text in rows:
+                c.execute("UPDATE memory_records SET subject = ? WHERE rid = ?", (new, rid))
+                c.execute("DELETE FROM memory_fts WHERE rowid = ?", (rid,))
+                c.execute(
+                    "INSERT INTO memory_fts (rowid, scope, body) VALUES (?, ?, ?)",
+                    (rid, new, index_text(text)),
+                )
+                if self._vec and self._dim is not None:
+                    vec = c.execute("SELECT embedding FROM memory_vec WHERE rowid = ?", (rid,)).fetchone()
+                    if vec is not None:
+                        c.execute("DELETE FROM memory_vec WHERE rowid = ?", (rid,))
+                        c.execute(
+                            "INSERT INTO memory_vec (rowid, subject, embedding) VALUES (?, ?, ?)",
+                            (rid, new, vec[0]),
+                        )
+                self._history(
+                    c,
+                    tenant,
+                    mode if mode == "merge" else "rebind",
+                    new,
+                    rec_id,
+                    actor,
+                    now,
+                    f"{old} -> {new}",
+                )
+            c.execute(
+                "UPDATE memory_moves SET new_key = ? WHERE tenant = ? AND new_key = ?", (new, tenant, old)
+            )
+            c.execute("INSERT OR REPLACE INTO memory_moves VALUES (?, ?, ?, ?)", (tenant, old, new, now))
+            c.execute(
+                "UPDATE OR IGNORE memory_identity SET key = ? WHERE tenant = ? AND key = ?",
+                (new, tenant, old),
+            )
+            if not rows:
+                self._history(
+                    c, tenant, mode if mode == "merge" else "rebind", new, None, actor, now, f"{old} -> {new}"
+                )
+            return len(rows)
+
+    def _link(self, c: Conn, tenant: str, a: str, b: str, mode: str, now: float, actor: str) -> int:
+        if a == b:
+            raise UsageError("cannot link a key to itself")
+        changed = 0
+        for x, y in ((a, b), (b, a)):
+            if mode == "link":
+                c.execute("INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?, ?)", (tenant, x, y, now))
+            else:
+                c.execute(
+                    "DELETE FROM memory_links WHERE tenant = ? AND key = ? AND other = ?", (tenant, x, y)
+                )
+            changed += c.changes()
+        if changed:
+            self._history(c, tenant, mode, a, None, actor, now, f"{a} <-> {b}")
+        return changed // 2
+
+    def register_identity(self, tenant: str, key: str, parts: dict[str, str]) -> None:
+        with self._write() as c:
+            for part, h in parts.items():
+                c.execute("INSERT OR IGNORE INTO memory_identity VALUES (?, ?, ?, ?)", (tenant, part, h, key))
+
+    def save_dictionary(self, tenant: str, groups: Sequence[Sequence[str]]) -> None:
+        with self._write() as c:
+            c.execute("DELETE FROM memory_dictionary WHERE tenant = ?", (tenant,))
+            for g, terms in enumerate(groups):
+                for p, term in enumerate(terms):
+                    c.execute("INSERT INTO memory_dictionary VALUES (?, ?, ?, ?)", (tenant, g, p, term))
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def load_dictionary(self, tenant: str) -> list[list[str]]:
+        groups: dict[int, list[str]] = {}
+        with self._read() as c:
+            for g, term in c.execute(
+                "SELECT grp, term FROM memory_dictionary WHERE tenant = ? ORDER BY grp, pos", (tenant,)
+            ):
+                groups.setdefault(g, []).append(term)
+        return list(groups.values())
+
+    def keys_for_part(self, tenant: str, part: str, part_hash: str, after: str, limit: int) -> list[str]:
+        with self._read() as c:
+            return [
+                k
+                for (k,) in c.execute(
+                    "SELECT key FROM memory_identity WHERE tenant = ? AND part = ? AND part_hash = ? "
+                    "AND key > ? ORDER BY key LIMIT ?",
+                    (tenant, part, part_hash, after, limit),
+                )
+            ]
+
+    def resolve_scope(self, tenant: str, keys: Sequence[str], max_keys: int) -> list[str]:
+        with self._read() as c:
+            out = list(dict.fromkeys(self._resolve(c, tenant, k) for k in keys))
+            linked = c.execute(
+                f"SELECT other FROM memory_links WHERE tenant = ? AND key IN ({_in(out)}) "
+                "ORDER BY other LIMIT ?",
+                (tenant, *out, max_keys),
+            ).fetchall()
+        return list(dict.fromkeys([*out, *(k for (k,) in linked)]))[:max_keys]
+
+    def candidates(
+        self, tenant: str, keys: Sequence[str], search: Search
+    ) -> tuple[list[Candidate], list[str]]:
+        where, args = _filter(search.spec, search.now)
+        found: dict[int, list[Any]] = {}
+        degraded: list[str] = []
+        with self._read() as c:
+            if search.match is not None:
+                rows = c.execute(
+                    f"SELECT {_RCOLS}, bm25(memory_fts, 0.0, 1.0) AS s "
+                    "FROM memory_fts JOIN memory_records r ON r.rid = memory_fts.rowid "
+                    f"WHERE memory_fts MATCH ? AND r.tenant = ? AND r.subject IN ({_in(keys)}) AND {where} "
+                    "ORDER BY s LIMIT ?",
+                    (
+                        f"scope : {_scope_phrase(keys)} AND body : ({search.match})",
+                        tenant,
+                        *keys,
+                        *args,
+                        search.text_limit,
+                    ),
+                ).fetchall()
+                for i, row in enumerate(rows, 1):
+                    found[row[0]] = [row[:-1], i, -row[-1], None, 0.0]
+            if search.vector is not None:
+                if not self._vec:
+                    degraded.append("vector index unavailable (sqlite-vec not loaded): text + structure only")
+                elif self._dim is not None and self._dim != len(search.vector):
+                    raise UsageError(
+                        f"this memory holds {self._dim}-d vectors; the query has {len(search.vector)}-d"
+                    )
+                elif self._dim is not None:
+                    hits = c.execute(
+                        "SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
+                        f"AND subject IN ({_in(keys)})",
+                        (pack(search.vector), search.vector_limit, *keys),
+                    ).fetchall()
+                    dist: dict[int, float] = dict(hits)
+                    if dist:
+                        rows = c.execute(
+                            f"SELECT {_COLS} FROM memory_records r WHERE rid IN ({_in(list(dist))}) "
+                            f"AND tenant = ? AND subject IN ({_in(keys)}) AND {where}",
+                            (*dist, tenant, *keys, *args),
+                        ).fetchall()
+                        rows.sort(key=lambda r: dist[r[0]])
+                        for i, row in enumerate(rows[: search.vector_limit], 1):
+                            entry = found.setdefault(row[0], [row, None, 0.0, None, 0.0])
+                            entry[3], entry[4] = i, 1.0 - dist[row[0]]
+            if search.match is None and search.vector is None and search.recent_limit:
+                rows = c.execute(
+                    f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
+                    f"AND subject IN ({_in(keys)}) AND {where} ORDER BY created_at DESC LIMIT ?",
+                    (tenant, *keys, *args, search.recent_limit),
+                ).fetchall()
+                for row in rows:
+                    found.setdefault(row[0], [row, None, 0.0, None, 0.0])
+        return [Candidate(_record(e[0]), e[1], e[2], e[3], e[4]) for e in found.values()], degraded
+
+    def get(
+        self, tenant: str, keys: Sequence[str], ids: Sequence[str], with_vectors: bool
+    ) -> list[MemoryRecord]:
+        if not ids:
+            return []
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject IN ({_in(keys)}) "
+                f"AND id IN ({_in(ids)})",
+                (tenant, *keys, *ids),
+            ).fetchall()
+            out = []
+            for row in rows:
+                vec = None
+                if with_vectors and self._vec and self._dim is not None:
+                    v = c.execute("SELECT embedding FROM memory_vec WHERE rowid = ?", (row[0],)).fetchone()
+                    vec = unpack(v[0]) if v else None
+                out.append(_record(row, vec))
+        return out
+
+    def list_records(
+        self, tenant: str, keys: Sequence[str], spec: FilterSpec, now: float, before: int | None, limit: int
+    ) -> tuple[list[MemoryRecord], int | None]:
+        where, args = _filter(spec, now)
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
+                f"AND subject IN ({_in(keys)}) AND {where} AND rid < ? ORDER BY rid DESC LIMIT ?",
+                (tenant, *keys, *args, before if before is not None else 2**62, limit + 1),
+            ).fetchall()
+        nxt = rows[limit - 1][0] if len(rows) > limit else None
+        return [_record(r) for r in rows[:limit]], nxt
+
+    def history(
+        self, tenant: str, keys: Sequence[str], record_id: str | None, after: int, limit: int
+    ) -> list[MemoryChange]:
+        with self._read() as c:
+            if record_id is not None:
+                rows = c.execute(
+                    "SELECT h.seq, h.tenant, h.op, h.subject, h.record_id, h.actor, h.at, h.detail "
+                    "FROM memory_history h WHERE h.record_id = ? AND h.tenant = ? AND h.seq > ? AND EXISTS ("
+                    "SELECT 1 FROM memory_records r WHERE r.id = h.record_id "
+                    f"AND r.subject IN ({_in(keys)})) "
+                    "ORDER BY h.seq LIMIT ?",
+                    (record_id, tenant, after, *keys, limit),
+                ).fetchall()
+            else:
+                rows = c.execute(
+                    "SELECT seq, tenant, op, subject, record_id, actor, at, detail FROM memory_history "
+                    f"WHERE tenant = ? AND subject IN ({_in(keys)}) AND seq > ? ORDER BY seq LIMIT ?",
+                    (tenant, *keys, after, limit),
+                ).fetchall()
+        return [
+            MemoryChange(
+                seq=r[0], tenant=r[1], op=r[2], subject=r[3], record_id=r[4], actor=r[5], at=r[6], detail=r[7]
+            )
+            for r in rows
+        ]
+
+
+def open_backend(url_or_path: str, **kwargs: Any) -> SQLiteMemoryBackend:
+    """A backend for ``sqlite:///path``, a bare path, or ``:memory:``; UsageError for other schemes."""
+    if url_or_path.startswith("sqlite:///"):
+        path = url_or_path[len("sqlite:///") :]
+    elif "://" in url_or_path:
+        raise UsageError(f"no memory backend for {url_or_path.split('://')[0]}:// yet (SQLite only)")
+    else:
+        path = url_or_path
+    return SQLiteMemoryBackend(path, **kwargs)

@@ -1,0 +1,236 @@
+"""Memory operations on every memory backend (SQLite today): scope, supersession, rebind, paging.
+
+Each test gets a :class:`MemoryCore` on a fresh database with the deterministic
+hashing embedder.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dormant.errors import InvalidInput, NotFound, SchemaError
+from dormant.memory import FilterSpec, HashingEmbedder, MemoryCore, MemoryRecord, NewMemory, RecallMode, bind
+from dormant.memory.sqlite_backend import SQLiteMemoryBackend
+
+T = "default"
+ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
+BOB = bind({"phone": "+15550100", "device": "bob-tablet"})  # same phone, other device
+NEW_DEVICE = bind({"phone": "+15550100", "device": "alice-new-phone"})
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[MemoryCore]:
+    c = MemoryCore(SQLiteMemoryBackend(str(tmp_path / "m.db")), HashingEmbedder(64))
+    yield c
+    c.backend.close()
+
+
+def add(
+    core: MemoryCore, subject: str, text: str, *, now: float = 1000.0, tenant: str = T, **kw: object
+) -> str:
+    return core.add(tenant, NewMemory(subject=subject, text=text, **kw), now=now).record.id  # type: ignore[arg-type]
+
+
+def texts(core: MemoryCore, keys: list[str], query: str, **kw: object) -> list[str]:
+    return [h.record.text for h in core.recall(T, keys, query, now=10_000.0, **kw).hits]  # type: ignore[arg-type]
+
+
+def test_add_get_list_history_paged(core: MemoryCore) -> None:
+    ids = [add(core, ALICE, f"fact number {i}", kind="fact", now=1000.0 + i) for i in range(7)]
+    rec = core.get(T, [ALICE], ids[0])
+    assert rec.text == "fact number 0" and rec.subject == ALICE and rec.invalid_at is None
+    seen, cursor = [], None
+    while True:
+        page = core.list(T, [ALICE], cursor=cursor, limit=3)
+        seen += [r.id for r in page.items]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == ids[::-1]
+    hist = core.history(T, [ALICE], limit=5)
+    assert [c.op for c in hist.items] == ["add"] * 5 and hist.next_cursor is not None
+    rest = core.history(T, [ALICE], cursor=hist.next_cursor, limit=5)
+    assert len(rest.items) == 2 and rest.next_cursor is None
+
+
+def test_supersession_keeps_the_old_fact_for_history_and_at(core: MemoryCore) -> None:
+    old = add(core, ALICE, "Ship to 12 Oak Street", tags={"key": "shipping_address"}, now=1000.0)
+    new = add(core, ALICE, "Ship to 44 Pine Road", tags={"key": "shipping_address"}, now=2000.0)
+    assert texts(core, [ALICE], "ship") == ["Ship to 44 Pine Road"]
+    past = core.recall(T, [ALICE], "ship", at=1500.0, now=10_000.0)
+    assert [h.record.id for h in past.hits] == [old]
+    both = core.recall(T, [ALICE], "ship", history=True, now=10_000.0)
+    assert {h.record.id for h in both.hits} == {old, new}
+    assert core.get(T, [ALICE], old).invalid_at == 2000.0
+    ops = [(c.op, c.record_id) for c in core.history(T, [ALICE]).items]
+    assert ("supersede", old) in ops
+
+
+def test_complaint_is_not_superseded_by_inquiry(core: MemoryCore) -> None:
+    add(core, ALICE, "Complaint: ORD-7 arrived broken", tags={"key": "order:ORD-7", "type": "complaint"})
+    add(core, ALICE, "Inquiry: where is ORD-7", tags={"key": "order:ORD-7", "type": "inquiry"}, now=2000.0)
+    assert len(texts(core, [ALICE], "ORD-7")) == 2
+
+
+def test_explicit_replace_and_dedup(core: MemoryCore) -> None:
+    a = add(core, ALICE, "Likes tea", kind="preference")
+    again = core.add(T, NewMemory(subject=ALICE, kind="preference", text="  likes   TEA "), now=1500.0)
+    assert again.duplicate and again.record.id == a
+    b = core.add(
+        T, NewMemory(subject=ALICE, kind="preference", text="Likes coffee", replaces=(a,)), now=2000.0
+    )
+    assert b.superseded == (a,)
+    # a record of another subject cannot be replaced
+    c = core.add(T, NewMemory(subject=BOB, kind="preference", text="Likes juice", replaces=(b.record.id,)))
+    assert c.superseded == ()
+    assert core.get(T, [ALICE], b.record.id).invalid_at is None
+
+
+def test_isolation_across_subjects_and_tenants(core: MemoryCore) -> None:
+    secret = add(core, BOB, "Bob's secret: order ORD-9 refund for the red shoes")
+    other_tenant = add(core, ALICE, "Alice in tenant two: red shoes", tenant="t2")
+    add(core, ALICE, "Alice likes blue hats")
+    for q in ("red shoes refund ORD-9", "secret", ""):
+        got = core.recall(T, [ALICE], q, k=20, history=True, now=10_000.0).hits
+        assert all(h.record.subject == ALICE and h.record.tenant == T for h in got)
+    with pytest.raises(NotFound):
+        core.get(T, [ALICE], secret)
+    with pytest.raises(NotFound):
+        core.get(T, [ALICE], other_tenant)
+    with pytest.raises(NotFound):
+        core.forget(T, [ALICE], secret)
+    assert all(r.subject == ALICE for r in core.list(T, [ALICE], spec=FilterSpec(history=True)).items)
+    assert core.history(T, [ALICE], record_id=secret).items == ()
+    assert all(c.subject == ALICE for c in core.history(T, [ALICE]).items)
+    assert core.get(T, [BOB], secret).text.startswith("Bob's")
+    with pytest.raises(InvalidInput):
+        core.recall(T, ["b1_%"], "x")
+
+
+def test_link_widens_and_unlink_narrows_the_scope(core: MemoryCore) -> None:
+    add(core, BOB, "Bob's parcel was boxed")
+    assert texts(core, [ALICE], "parcel") == []
+    assert core.rebind(T, ALICE, BOB, mode="link") == 1
+    assert texts(core, [ALICE], "parcel") == ["Bob's parcel was boxed"]
+    assert core.rebind(T, ALICE, BOB, mode="unlink") == 1
+    assert texts(core, [ALICE], "parcel") == []
+    assert [c.op for c in core.history(T, [ALICE]).items] == ["link", "unlink"]
+
+
+def test_partial_identity_lookup_goes_through_the_link_table(core: MemoryCore) -> None:
+    keys = [core.bind(T, {"phone": "+1 555 0100", "device": f"d{i}"}) for i in range(5)]
+    core.bind("t2", {"phone": "+1 555 0100", "device": "elsewhere"})
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = core.keys_for(T, "phone", "+15550100", cursor=cursor, limit=2)
+        seen += page.items
+        if (cursor := page.next_cursor) is None:
+            break
+    assert seen == sorted(keys)
+    assert core.keys_for(T, "phone", "+15550199").items == ()
+
+
+def test_forget_hides_but_keeps(core: MemoryCore) -> None:
+    rid = add(core, ALICE, "Allergic to peanuts")
+    core.forget(T, [ALICE], rid, reason="user asked", now=2000.0)
+    assert texts(core, [ALICE], "peanuts") == []
+    assert core.get(T, [ALICE], rid).invalid_at == 2000.0
+    assert core.history(T, [ALICE], record_id=rid).items[-1].detail == "user asked"
+    with pytest.raises(NotFound):
+        core.forget(T, [ALICE], rid)
+
+
+def test_filters_tags_typed_and_kinds(core: MemoryCore) -> None:
+    add(core, ALICE, "severity three complaint", kind="event", tags={"sev": 3, "type": "complaint"})
+    add(core, ALICE, "severity text complaint", kind="event", tags={"sev": "3"})
+    add(core, ALICE, "a complaint fact", kind="fact", tags={"flag": True})
+    assert texts(core, [ALICE], "complaint", tags={"sev": 3}) == ["severity three complaint"]
+    assert texts(core, [ALICE], "complaint", tags={"flag": True}) == ["a complaint fact"]
+    assert texts(core, [ALICE], "complaint", tags={"flag": False}) == []
+    assert sorted(texts(core, [ALICE], "complaint", kinds=["event"])) == [
+        "severity text complaint",
+        "severity three complaint",
+    ]
+
+
+def test_dictionary_expands_text_queries(core: MemoryCore) -> None:
+    add(core, ALICE, "Order ORD-5 was dispatched on Monday")
+    text_only = RecallMode(vector=False)
+    assert texts(core, [ALICE], "has it shipped", mode=text_only) == []
+    assert core.save_dictionary(T, [["shipped", "dispatched", "out for delivery"]]) == 1
+    assert texts(core, [ALICE], "has it shipped", mode=text_only) == ["Order ORD-5 was dispatched on Monday"]
+    assert texts(core, [ALICE], "has it shipped", mode=RecallMode(vector=False, dictionary=False)) == []
+
+
+def test_cjk_recall(core: MemoryCore) -> None:
+    add(core, ALICE, "我的配送地址是北京市朝阳区")
+    add(core, ALICE, "我喜欢绿茶")
+    assert texts(core, [ALICE], "配送地址", mode=RecallMode(vector=False)) == ["我的配送地址是北京市朝阳区"]
+
+
+def test_without_the_vector_extension_recall_degrades_and_says_so(tmp_path: Path) -> None:
+    core = MemoryCore(SQLiteMemoryBackend(str(tmp_path / "nv.db"), load_vec=False), HashingEmbedder(64))
+    add(core, ALICE, "the parcel was boxed")
+    out = core.recall(T, [ALICE], "parcel", now=10_000.0)
+    assert [h.record.text for h in out.hits] == ["the parcel was boxed"]
+    assert out.degraded and "vector" in out.degraded[0]
+    core.backend.close()
+
+
+def test_vectors_find_records_without_shared_words(core: MemoryCore) -> None:
+    add(core, ALICE, "zebra crossing")
+    out = core.recall(T, [ALICE], "zebras", now=10_000.0, mode=RecallMode(text=False))
+    assert out.hits and out.hits[0].vector_rank == 1 and out.degraded == ()
+
+
+def test_rebind_under_concurrent_writes_loses_nothing(core: MemoryCore) -> None:
+    for i in range(20):
+        add(core, ALICE, f"early memory {i}")
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(30):
+                add(core, ALICE, f"writer {w} memory {i}", now=2000.0 + i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    moved = core.rebind(T, ALICE, NEW_DEVICE, mode="move")
+    for t in threads:
+        t.join()
+    assert not errors
+    assert moved >= 20
+    # every write, before or after the move, ends under the new key; none is left behind
+    everything: list[MemoryRecord] = []
+    cursor = None
+    while True:
+        page = core.list(T, [NEW_DEVICE], cursor=cursor, limit=100)
+        everything += page.items
+        if (cursor := page.next_cursor) is None:
+            break
+    assert len(everything) == 20 + 90
+    assert {r.subject for r in everything} == {NEW_DEVICE}
+    assert len(texts(core, [NEW_DEVICE], "writer memory", k=100)) > 0
+    # the old key still reads (through the move) the same records, and the moves are audited
+    assert len(core.list(T, [ALICE], limit=500).items) == 110
+    assert sum(c.op == "rebind" for c in core.history(T, [NEW_DEVICE], limit=500).items) == moved
+    assert texts(core, [BOB], "memory") == []
+
+
+def test_schema_is_migrated_once_and_newer_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    b = SQLiteMemoryBackend(path)
+    b.close()
+    b = SQLiteMemoryBackend(path)  # reopening applies nothing twice
+    b._conn.execute("INSERT INTO memory_schema VALUES (9999, '9999_future.sql')")
+    b.close()
+    with pytest.raises(SchemaError):
+        SQLiteMemoryBackend(path)
