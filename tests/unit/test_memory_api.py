@@ -6,11 +6,11 @@ import dormant.memory
 
 
 def test_public_names() -> None:
-    assert sorted(dormant.memory.__all__) == [
+    assert sorted(dormant.memory.__all__) == sorted([
         "DEFAULT_TENANT", "HYBRID", "AddResult", "Dictionary", "Embedder", "FilterSpec", "HashingEmbedder",
         "Memory", "MemoryBackend", "MemoryChange", "MemoryConfig", "MemoryCore", "MemoryKind", "MemoryPage",
         "MemoryRecord", "MiniLMEmbedder", "NewMemory", "RankingPolicy", "Recall", "RecallHit", "RecallMode",
         "SQLiteMemoryBackend", "SupersessionRules", "bind",
-    ]  # fmt: skip
+    ])  # fmt: skip
     for name in dormant.memory.__all__:
         assert getattr(dormant.memory, name) is not None

@@ -64,6 +64,10 @@ class MemoryBackend(Protocol):
         """Whether vector search works here (the extension loaded)."""
         ...
 
+    def check_embedder(self, name: str, dim: int) -> None:
+        """Record the embedder of this memory on first use; UsageError if another one made its vectors."""
+        ...
+
     def close(self) -> None:
         """Release the connection(s)."""
         ...

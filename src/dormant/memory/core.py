@@ -98,6 +98,7 @@ class MemoryCore:
         self.embedder = embedder
         self.config = config or MemoryConfig()
         self._dicts: OrderedDict[str, Dictionary] = OrderedDict()
+        self._embedder_checked = False
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -130,6 +131,9 @@ class MemoryCore:
     def _embed(self, tenant: str, texts: Sequence[str], pull: bool) -> list[tuple[float, ...]] | None:
         if self.embedder is None or not self.backend.vector_available:
             return None
+        if not self._embedder_checked:
+            self.backend.check_embedder(self.embedder.name, self.embedder.dim)
+            self._embedder_checked = True
         vecs = self.embedder.embed(texts)
         if pull:
             d = self.dictionary(tenant)

@@ -217,6 +217,14 @@ class SQLiteMemoryBackend:
             except apsw.Error as exc:
                 raise translate(exc) from exc
 
+    def check_embedder(self, name: str, dim: int) -> None:
+        with self._write() as c:
+            row = c.execute("SELECT value FROM memory_meta WHERE name = 'embedder'").fetchone()
+            if row is None:
+                c.execute("INSERT INTO memory_meta VALUES ('embedder', ?)", (f"{name}/{dim}",))
+            elif row[0] != f"{name}/{dim}":
+                raise UsageError(f"this memory's vectors were made by {row[0]}, not {name}/{dim}")
+
     @property
     def vector_available(self) -> bool:
         return self._vec
