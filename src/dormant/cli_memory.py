@@ -88,6 +88,7 @@ def opened(store: str, embedder: EmbedderName) -> Iterator[MemoryCore]:
     except DormantError as exc:
         fail(exc)
     finally:
+        core.flush()
         core.backend.close()
 
 

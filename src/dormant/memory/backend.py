@@ -86,8 +86,8 @@ class MemoryBackend(Protocol):
         """Records passing the filter, with their text and vector ranks; and what degraded."""
         ...
 
-    def touch(self, tenant: str, ids: Sequence[str], now: float) -> None:
-        """Count one access of each record."""
+    def touch(self, tenant: str, accesses: Sequence[tuple[str, float]]) -> None:
+        """Count each ``(record id, time)`` access, in one transaction."""
         ...
 
     def get(

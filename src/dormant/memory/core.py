@@ -12,6 +12,7 @@ them in a worker thread.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -56,6 +57,9 @@ class MemoryConfig:
     #: candidates fetched from each list per requested hit (at least 50)
     candidate_factor: int = 10
     touch_on_recall: bool = True
+    #: accesses are counted in batches of this many records (one write per batch, not per
+    #: recall); a crash loses at most one batch of counts, never a record
+    touch_batch: int = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +103,9 @@ class MemoryCore:
         self.config = config or MemoryConfig()
         self._dicts: OrderedDict[str, Dictionary] = OrderedDict()
         self._embedder_checked = False
+        self._touches: dict[str, list[tuple[str, float]]] = {}
+        self._touched = 0
+        self._touch_lock = threading.Lock()
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -140,6 +147,21 @@ class MemoryCore:
             if len(d):
                 vecs = [d.pull(t, v, self.embedder.embed) for t, v in zip(texts, vecs, strict=True)]
         return vecs
+
+    def _touch(self, tenant: str, ids: list[str], now: float) -> None:
+        with self._touch_lock:
+            self._touches.setdefault(tenant, []).extend((i, now) for i in ids)
+            self._touched += len(ids)
+            if self._touched < self.config.touch_batch:
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the access counts not written yet (call before closing)."""
+        with self._touch_lock:
+            pending, self._touches, self._touched = self._touches, {}, 0
+        for tenant, accesses in pending.items():
+            self.backend.touch(tenant, accesses)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -309,12 +331,12 @@ class MemoryCore:
             vector=vector,
             text_limit=n,
             vector_limit=n,
-            recent_limit=n if not query.strip() else 0,
+            recent_limit=n if match is None and vector is None else 0,
         )
         cands, more = self.backend.candidates(tenant, scope, search)
         ranked = rank(cands, policy, now=t if at is None else at, k=k)
         if self.config.touch_on_recall and ranked:
-            self.backend.touch(tenant, [s.candidate.record.id for s in ranked], t)
+            self._touch(tenant, [s.candidate.record.id for s in ranked], t)
         hits = tuple(
             RecallHit(
                 record=s.candidate.record,

@@ -64,7 +64,8 @@ class Memory:
         await self.close()
 
     async def close(self) -> None:
-        """Close the backend's connection."""
+        """Write pending access counts and close the backend's connection."""
+        await asyncio.to_thread(self.core.flush)
         await asyncio.to_thread(self.core.backend.close)
 
     async def add(
