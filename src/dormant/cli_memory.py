@@ -29,7 +29,7 @@ from .memory.dictionary import load_dictionary
 from .memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
 from .memory.ranking import FilterSpec
 from .memory.records import DEFAULT_TENANT, MEMORY_KINDS, MemoryKind, MemoryRecord, NewMemory, TagValue
-from .memory.sqlite_backend import open_backend
+from .memory.urls import open_backend
 
 memory_app = typer.Typer(
     help="Long-term memory: records bound to identities, hybrid recall.", no_args_is_help=True

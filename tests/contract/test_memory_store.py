@@ -15,6 +15,7 @@ import pytest
 from dormant.errors import InvalidInput, NotFound, SchemaError
 from dormant.memory import FilterSpec, HashingEmbedder, MemoryCore, MemoryRecord, NewMemory, RecallMode, bind
 from dormant.memory.sqlite_backend import SQLiteMemoryBackend
+from dormant.memory.urls import open_backend
 
 T = "default"
 ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
@@ -22,9 +23,17 @@ BOB = bind({"phone": "+15550100", "device": "bob-tablet"})  # same phone, other 
 NEW_DEVICE = bind({"phone": "+15550100", "device": "alice-new-phone"})
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of each memory backend (PostgreSQL: a fresh schema; skipped without a server)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite:///{tmp_path}/m.db"
+
+
 @pytest.fixture
-def core(tmp_path: Path) -> Iterator[MemoryCore]:
-    c = MemoryCore(SQLiteMemoryBackend(str(tmp_path / "m.db")), HashingEmbedder(64))
+def core(backend_url: str) -> Iterator[MemoryCore]:
+    c = MemoryCore(open_backend(backend_url), HashingEmbedder(64))
     yield c
     c.backend.close()
 

@@ -49,7 +49,8 @@ class Search:
 
     spec: FilterSpec
     now: float
-    match: str | None
+    #: the text query: groups of alternative terms (a word and its synonyms), OR-ed
+    terms: tuple[tuple[str, ...], ...] | None
     vector: Vector | None
     text_limit: int
     vector_limit: int

@@ -26,7 +26,7 @@ from .backend import AddItem, AddResult, MemoryBackend, RebindMode, Search
 from .binding import bind, check_key, part_hash, part_hashes
 from .dictionary import EMPTY, Dictionary
 from .embedder import Embedder
-from .fulltext import match_expr, query_terms
+from .fulltext import query_terms
 from .ranking import FilterSpec, RankingPolicy, SupersessionRules, check_tags, rank
 from .records import (
     MEMORY_KINDS,
@@ -309,10 +309,10 @@ class MemoryCore:
         scope = self.scope(tenant, keys)
         policy = mode.ranking or self.config.ranking
         d = self.dictionary(tenant) if mode.dictionary else EMPTY
-        match = None
+        terms = None
         if mode.text and query.strip():
-            groups = [[term] for term in query_terms(query)] + d.expand(query)
-            match = match_expr(groups)
+            groups = [(term,) for term in query_terms(query)] + [tuple(g) for g in d.expand(query)]
+            terms = tuple(groups) if groups else None
         vector = None
         degraded: list[str] = []
         if mode.vector and query.strip():
@@ -327,11 +327,11 @@ class MemoryCore:
         search = Search(
             spec=spec,
             now=t,
-            match=match,
+            terms=terms,
             vector=vector,
             text_limit=n,
             vector_limit=n,
-            recent_limit=n if match is None and vector is None else 0,
+            recent_limit=n if terms is None and vector is None else 0,
         )
         cands, more = self.backend.candidates(tenant, scope, search)
         ranked = rank(cands, policy, now=t if at is None else at, k=k)

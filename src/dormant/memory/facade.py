@@ -28,7 +28,7 @@ from .records import (
     Recall,
     TagValue,
 )
-from .sqlite_backend import open_backend
+from .urls import open_backend
 
 
 class Memory:
@@ -49,10 +49,11 @@ class Memory:
         embedder: Embedder | None = None,
         config: MemoryConfig | None = None,
         tenant: str = DEFAULT_TENANT,
-        **backend_options: Any,
     ) -> Memory:
-        """Memory on a store URL (``sqlite:///path`` or ``:memory:``). ``embedder=None``: MiniLM, lazily."""
-        backend: MemoryBackend = open_backend(url, **backend_options)
+        """Memory on a store URL (``sqlite:///path``, ``:memory:``, ``postgresql://...``).
+
+        ``embedder=None``: MiniLM, loaded on first use."""
+        backend: MemoryBackend = open_backend(url)
         return cls(
             MemoryCore(backend, embedder if embedder is not None else MiniLMEmbedder(), config), tenant=tenant
         )

@@ -26,7 +26,7 @@ import msgspec
 
 from ..errors import DormantError, SchemaError, StoreError, StoreFull, StoreLocked, UsageError
 from .backend import AddItem, AddResult, Decide, RebindMode, Search
-from .fulltext import index_text
+from .fulltext import index_text, match_expr
 from .ranking import Candidate, FilterSpec
 from .records import MemoryChange, MemoryRecord
 
@@ -512,14 +512,15 @@ class SQLiteMemoryBackend:
         found: dict[int, list[Any]] = {}
         degraded: list[str] = []
         with self._read() as c:
-            if search.match is not None:
+            match = match_expr([list(g) for g in search.terms]) if search.terms else None
+            if match is not None:
                 rows = c.execute(
                     f"SELECT {_RCOLS}, bm25(memory_fts, 0.0, 1.0) AS s "
                     "FROM memory_fts JOIN memory_records r ON r.rid = memory_fts.rowid "
                     f"WHERE memory_fts MATCH ? AND r.tenant = ? AND r.subject IN ({_in(keys)}) AND {where} "
                     "ORDER BY s LIMIT ?",
                     (
-                        f"scope : {_scope_phrase(keys)} AND body : ({search.match})",
+                        f"scope : {_scope_phrase(keys)} AND body : ({match})",
                         tenant,
                         *keys,
                         *args,
@@ -552,7 +553,7 @@ class SQLiteMemoryBackend:
                         for i, row in enumerate(rows[: search.vector_limit], 1):
                             entry = found.setdefault(row[0], [row, None, 0.0, None, 0.0])
                             entry[3], entry[4] = i, 1.0 - dist[row[0]]
-            if search.match is None and search.vector is None and search.recent_limit:
+            if search.terms is None and search.vector is None and search.recent_limit:
                 rows = c.execute(
                     f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
                     f"AND subject IN ({_in(keys)}) AND {where} ORDER BY created_at DESC LIMIT ?",
@@ -620,14 +621,3 @@ class SQLiteMemoryBackend:
             )
             for r in rows
         ]
-
-
-def open_backend(url_or_path: str, **kwargs: Any) -> SQLiteMemoryBackend:
-    """A backend for ``sqlite:///path``, a bare path, or ``:memory:``; UsageError for other schemes."""
-    if url_or_path.startswith("sqlite:///"):
-        path = url_or_path[len("sqlite:///") :]
-    elif "://" in url_or_path:
-        raise UsageError(f"no memory backend for {url_or_path.split('://')[0]}:// yet (SQLite only)")
-    else:
-        path = url_or_path
-    return SQLiteMemoryBackend(path, **kwargs)
