@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from .backend import AddResult, MemoryBackend, RebindMode
 from .core import HYBRID, MemoryConfig, MemoryCore, RecallMode
