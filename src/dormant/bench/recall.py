@@ -263,6 +263,18 @@ def run(params: dict[str, Any], *, progress: bool = False) -> dict[str, Any]:
     out = Path(params["out"])
     out.mkdir(parents=True, exist_ok=True)
     q = quality(params, out)
+    # the quality figures on their own first: the latency phase is long at 1 M records
+    (out / "quality.json").write_text(
+        json.dumps(
+            {
+                "runs": {k: v.as_json() for k, v in q["runs"].items()},
+                "variants": {k: v.as_json() for k, v in q["variants"].items()},
+                **{k: v for k, v in q.items() if k not in ("runs", "variants")},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     lat = latency(params, out, progress)
     hybrid = q["runs"]["hybrid"].as_json()
     last = lat["points"][-1]
