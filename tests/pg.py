@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dormant.store.postgres_embedded import EmbeddedPostgres, with_schema
+from dormant.store.postgres.embedded import EmbeddedPostgres, with_schema
 
 ENV = "DORMANT_TEST_PG_DSN"
 

@@ -16,9 +16,18 @@ history by reference); blobs go with their threads (:meth:`Store.delete_thread`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+)
 from typing import Protocol, TypeAlias
 
 from .errors import UsageError
@@ -167,6 +176,21 @@ class Chunker:
             self.chunks += 1
         if batch:
             yield batch
+
+
+async def spool(
+    pieces: Pieces, write: Callable[[list[tuple[int, bytes]]], Awaitable[None]]
+) -> tuple[BlobRef, int]:
+    """Cut ``pieces`` into chunks and hand them to ``write`` in batches of at most
+    :data:`BATCH_BYTES`, one batch in RAM at a time; the blob's ref and size, and how
+    many chunks it has. A store's ``put_blob`` writes the batches under a ``tmp:`` ref
+    and then moves them to the blob's ref."""
+    chunker = Chunker()
+    async with contextlib.aclosing(chunker.batches(pieces)) as batches:
+        async for batch in batches:
+            await write(batch)
+            batch.clear()  # written: let the chunks go before the next batch is cut
+    return chunker.blob, chunker.chunks
 
 
 # -- what the model sees -----------------------------------------------------------------

@@ -6,10 +6,12 @@ that commit with the slice, in its transaction (``read_blob`` only reads).
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 from .blobs import whole_chars
 from .errors import NotFound, UsageError
+from .inbox import MAX_DEDUP_KEY_BYTES, MAX_THREAD_ID_BYTES
 from .records import NewInput, NewThread
 from .tools import ToolContext, ToolSpec, make_tool
 
@@ -19,6 +21,28 @@ READ_BLOB_MAX = 16 * 1024
 FOOTER_BYTES = 120
 
 
+#: Hex digits of the hash that ends an id too long to keep whole.
+HASH_CHARS = 32
+
+
+def bounded(name: str, limit: int) -> str:
+    """``name`` if it fits ``limit`` UTF-8 bytes; else its head (cut on a character
+    boundary) + ``~`` + a hash of the whole name: the same name always gives the
+    same id, two names differing only in their cut tail do not collide."""
+    data = name.encode(errors="surrogatepass")
+    if len(data) <= limit:
+        return name
+    digest = hashlib.sha256(data).hexdigest()[:HASH_CHARS]
+    head = data[: limit - HASH_CHARS - 1].decode(errors="ignore")
+    return f"{head}~{digest}"
+
+
+def child_id(parent: str, call_id: str) -> str:
+    """The id of the child thread that call ``call_id`` of ``parent`` spawns:
+    ``parent/call_id``, hashed down to the thread id limit when longer."""
+    return bounded(f"{parent}/{call_id}", MAX_THREAD_ID_BYTES)
+
+
 def spawn_thread(task: str, ctx: ToolContext, agent: str | None = None) -> str:
     """Start a child thread on ``task``. The child sees this thread's history up to now
     (by reference, not copied) and answers with report_to_parent; the report arrives
@@ -26,9 +50,10 @@ def spawn_thread(task: str, ctx: ToolContext, agent: str | None = None) -> str:
     name = agent or ctx.agent
     if ctx.agents and name not in ctx.agents:
         return f"error: unknown agent {name!r}; known agents: {', '.join(sorted(ctx.agents))}"
-    child = f"{ctx.thread_id}/{ctx.call_id}"
+    child = child_id(ctx.thread_id, ctx.call_id)
     ctx.spawn(NewThread(id=child, agent=name, parent_id=ctx.thread_id, parent_seq=ctx.message_seq - 1))
-    ctx.admit(NewInput(thread_id=child, kind="user", dedup_key=f"spawn:{ctx.call_id}", content=task))
+    key = bounded(f"spawn:{ctx.call_id}", MAX_DEDUP_KEY_BYTES)
+    ctx.admit(NewInput(thread_id=child, kind="user", dedup_key=key, content=task))
     return f"spawned thread {child}; its report will arrive as a message"
 
 
@@ -40,7 +65,7 @@ def report_to_parent(report: str, ctx: ToolContext) -> str:
         NewInput(
             thread_id=ctx.parent_id,
             kind="report",
-            dedup_key=f"report:{ctx.thread_id}:{ctx.call_id}",
+            dedup_key=bounded(f"report:{ctx.thread_id}:{ctx.call_id}", MAX_DEDUP_KEY_BYTES),
             content=report,
             source=ctx.thread_id,
         )
@@ -73,7 +98,7 @@ def sleep_until(
         NewInput(
             thread_id=ctx.thread_id,
             kind="timer",
-            dedup_key=f"timer:{ctx.call_id}",
+            dedup_key=bounded(f"timer:{ctx.call_id}", MAX_DEDUP_KEY_BYTES),
             content=note or f"timer set for {stamp} fired",
             not_before=when,
         )

@@ -1,8 +1,9 @@
 """The view cache: recent views in RAM under a hard byte and entry budget.
 
 The next slice of a thread extends the view it already has instead of reading it
-again. It only accelerates: an entry is used only when the thread's ``last_seq``
-and ``summary_seq``, read from the store in the same slice, say it is current.
+again. It only accelerates: an entry is used only when the thread's ``created_at``
+(its incarnation), ``last_seq`` and ``summary_seq``, read from the store in the same
+slice, say it is current.
 
 One cache is created per runtime (from ``Settings.view_cache_bytes``) and handed
 to its store, so the memory governor can read its size and tell it to shrink
@@ -33,10 +34,11 @@ class CacheStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Entry:
-    __slots__ = ("cost", "inherited", "last_seq", "limits", "summary", "summary_seq", "usage", "view")
+    __slots__ = ("born", "cost", "inherited", "last_seq", "limits", "summary", "summary_seq", "usage", "view")
 
     def __init__(
         self,
+        born: float,
         last_seq: int,
         summary_seq: int,
         limits: ViewLimits,
@@ -45,6 +47,9 @@ class _Entry:
         inherited: int,
         usage: tuple[int, int],
     ) -> None:
+        # the thread's created_at: a thread deleted and created again under the same id
+        # is another incarnation, whose history this view is not
+        self.born = born
         self.last_seq = last_seq
         self.summary_seq = summary_seq
         self.limits = limits
@@ -98,6 +103,7 @@ class ViewCache:
         entry = self._entries.get(thread.id)
         if (
             entry is None
+            or entry.born != thread.created_at
             or entry.last_seq != thread.last_seq
             or entry.summary_seq != thread.summary_seq
             or entry.limits != limits
@@ -118,7 +124,16 @@ class ViewCache:
     ) -> None:
         """Remember ``view`` as the view of ``thread`` at its row's ``last_seq``; unless
         the cache is full and this thread's view was evicted recently (scan resistance)."""
-        entry = _Entry(thread.last_seq, thread.summary_seq, limits, view, summary, inherited, _usage(view))
+        entry = _Entry(
+            thread.created_at,
+            thread.last_seq,
+            thread.summary_seq,
+            limits,
+            view,
+            summary,
+            inherited,
+            _usage(view),
+        )
         thread_id = thread.id
         if thread_id in self._ghosts and thread_id not in self._entries and self._full(entry.cost):
             self._ghosts.move_to_end(thread_id)
@@ -175,7 +190,16 @@ class ViewCache:
         inherited = max(0, entry.inherited - (len(entry.view) + len(messages) - len(view)))
         self._store(
             thread_id,
-            _Entry(messages[-1].seq, entry.summary_seq, entry.limits, view, entry.summary, inherited, usage),
+            _Entry(
+                entry.born,
+                messages[-1].seq,
+                entry.summary_seq,
+                entry.limits,
+                view,
+                entry.summary,
+                inherited,
+                usage,
+            ),
         )
 
     def discard(self, thread_id: str) -> None:

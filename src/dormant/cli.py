@@ -53,6 +53,8 @@ from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, NotFound, UsageError
 from .records import Priority
 from .runtime import Runtime
+from .store import open_store
+from .urls import redact, scrub
 
 app = typer.Typer(
     name="dormant",
@@ -141,7 +143,7 @@ class EventFormatter(logging.Formatter):
             line += " " + extras
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return scrub(line)  # no store password in a log line, whoever built the text
 
 
 class LogLevel(StrEnum):
@@ -190,9 +192,12 @@ def init(store: StoreOpt = DEFAULT_STORE) -> None:
         settings = settings_for(store)
         async with opened_store(settings, create=True) as st:
             status = await st.status()
-        out.print(f"store {settings.store} ready (schema version {status.schema_version})")
-        if settings.store.startswith("memory://"):
-            out.print("note: memory:// lives only as long as one process; use sqlite:///path.db to keep data")
+        out.print(f"store {redact(settings.store)} ready (schema version {status.schema_version})")
+        if not st.persistent:
+            out.print(
+                f"note: {redact(settings.store)} lives only as long as one process; "
+                "use sqlite:///path.db to keep data"
+            )
 
     run_async(go())
 
@@ -252,9 +257,14 @@ def run_workers(
     from .workers import Supervisor
 
     settings = settings_for(store, concurrency=concurrency)  # validated once, here
-    if settings.store.startswith("memory://"):
-        fail(UsageError("memory:// lives in one process: --workers needs sqlite:///... or postgresql://..."))
-    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1", "--store", settings.store]
+    if not open_store(settings.store).persistent:
+        fail(
+            UsageError(
+                f"{redact(settings.store)} lives in one process: --workers needs sqlite:///... or postgresql://..."
+            )
+        )
+    # the store URL goes by environment, never argv: `ps` shows argv to every user
+    argv = [sys.executable, "-m", "dormant.cli", "run", "--workers", "1"]
     argv += ["--model", model, "--base-url", base_url]
     if until_idle:
         argv.append("--until-idle")
@@ -265,9 +275,10 @@ def run_workers(
     if system is not None:
         argv += ["--system", system]
     env = dict(os.environ)
+    env["DORMANT_STORE"] = settings.store
     env["DORMANT_LOG_LEVEL"] = logging.getLevelName(logging.getLogger("dormant").level).lower()
     supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
-    err.print(f"dormant supervising {workers} workers on {settings.store}", style="dim")
+    err.print(f"dormant supervising {workers} workers on {redact(settings.store)}", style="dim")
     code = asyncio.run(supervisor.run())
     out.print(f"workers stopped (exit {code})")
     if code:
@@ -310,7 +321,8 @@ async def serve(rt: Runtime, *, until_idle: bool) -> None:
             pass
     # printed once the handlers are in place: a signal from now on stops gracefully
     err.print(
-        f"dormant running on {rt.store.url} (agents: {names}; concurrency {rt.settings.concurrency}) {mode}",
+        f"dormant running on {redact(rt.store.url)} (agents: {names}; "
+        f"concurrency {rt.settings.concurrency}) {mode}",
         style="dim",
     )
     started = time.perf_counter()
@@ -403,7 +415,8 @@ def chat(
             try:
                 cursor = runner.run(last_seq(rt, thread))
                 if interactive:
-                    err.print(f"chatting with thread {thread} on {settings.store}; /quit or Ctrl-D ends")
+                    where = redact(settings.store)
+                    err.print(f"chatting with thread {thread} on {where}; /quit or Ctrl-D ends")
                 while True:
                     line = read_line(interactive)
                     if line is None:
@@ -573,10 +586,11 @@ def status(
         async with opened_store(settings) as st:
             s = await st.status()
         if as_json:
-            data = {"store": settings.store, **msgspec.structs.asdict(s)}
+            data = {"store": redact(settings.store), **msgspec.structs.asdict(s)}
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
             return
-        table = Table(title=f"dormant status — {settings.store}", show_header=False, title_justify="left")
+        title = f"dormant status — {redact(settings.store)}"
+        table = Table(title=title, show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("count", justify="right")
 

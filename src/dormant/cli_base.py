@@ -9,7 +9,6 @@ as ``__main__``, and a module importing ``dormant.cli`` back would load it twice
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -21,7 +20,8 @@ from rich.text import Text
 
 from .config import Settings
 from .errors import DormantError, Overloaded, UsageError
-from .store import MAX_PAGE, Store, open_store
+from .store import MAX_PAGE, Store, open_store, store_options
+from .urls import remember, scrub
 
 T = TypeVar("T")
 
@@ -45,6 +45,7 @@ MaxCharsOpt = Annotated[
 def fail(exc: DormantError) -> NoReturn:
     """Print ``exc`` as one red ``error:`` line on stderr and exit (2: caller's mistake, 1: other)."""
     message = " ".join((str(exc) or type(exc).__name__).split("\n"))  # one line, always
+    message = scrub(message)  # no store password, whoever built the message
     if isinstance(exc, Overloaded):
         message += f" (retry after {exc.retry_after:g}s)"
     err.print(Text.assemble(("error: ", "bold red"), (message, "red")))
@@ -61,21 +62,21 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 def settings_for(store: str, **overrides: Any) -> Settings:
     """Validated settings: ``DORMANT_*`` variables, then the command's options."""
-    return Settings.from_env(store=store, **overrides)
+    settings = Settings.from_env(store=store, **overrides)
+    remember(settings.store)  # so its password is scrubbed from anything printed or logged
+    return settings
 
 
 @asynccontextmanager
 async def opened_store(settings: Settings, *, create: bool = False) -> AsyncIterator[Store]:
     """The settings' store, opened (and migrated). Without ``create``, a missing
     SQLite file is an error instead of a new empty database."""
-    from .store.sqlite import SQLiteStore
-
-    options: dict[str, Any] = {"max_input_bytes": settings.max_input_bytes}
-    if settings.store.startswith("sqlite://"):
-        options["synchronous"] = settings.synchronous
-    store = open_store(settings.store, **options)
-    if not create and isinstance(store, SQLiteStore) and not os.path.exists(store.path):
-        raise UsageError(f"no database at {store.path!r}: run `dormant init --store {settings.store}` first")
+    store = open_store(settings.store, **store_options(settings.store, settings))
+    if not create and store.persistent and not await store.exists():
+        raise UsageError(
+            f"no database at {store.path or settings.store!r}: "
+            f"run `dormant init --store {settings.store}` first"
+        )
     await store.open()
     try:
         yield store

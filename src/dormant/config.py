@@ -64,6 +64,12 @@ class Settings(BaseModel):
     tool_attempts: int = Field(5, ge=1, le=100, description="attempts of a retryable async tool")
     retry_base_s: float = Field(0.5, gt=0, description="first retry backoff")
     retry_max_s: float = Field(60.0, gt=0, description="largest retry backoff")
+    retry_after_max_s: float = Field(
+        600.0, gt=0, description="longest Retry-After honoured (a longer one is cut to it)"
+    )
+    tool_threads: int = Field(
+        32, ge=1, le=1024, description="threads for sync tools (a timed-out sync call keeps its thread)"
+    )
     poll_s: float = Field(0.2, gt=0, le=60, description="idle poll interval for new work")
     pg_pool_size: int = Field(
         8, ge=1, le=1000, description="PostgreSQL: read connections per process (+1 writer, +1 listener)"

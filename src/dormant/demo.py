@@ -120,10 +120,8 @@ def rss_bytes() -> int:
 
 def sqlite_path(url: str) -> str | None:
     """The file a SQLite store URL opens (as the store resolves it), None for other stores."""
-    from .store.sqlite import SQLiteStore
-
-    store = open_store(url)
-    return os.path.realpath(store.path) if isinstance(store, SQLiteStore) else None
+    path = open_store(url).path
+    return os.path.realpath(path) if path is not None else None
 
 
 def fresh_sqlite(url: str) -> None:

@@ -26,9 +26,7 @@ then is the entry left to the store's reconciliation. A damaged database
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 
@@ -37,51 +35,13 @@ from .agent import Agent
 from .errors import DormantError, Overloaded, SchemaError, StoreError, ToolError
 from .metrics import RuntimeStats
 from .records import OutboxEntry, OutboxOutcome
+from .retry import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 from .store.base import Store
-from .tools import ToolContext
+from .text import clean, stored_output, truncate
+from .tool_threads import ToolThreads
+from .tools import ToolContext, timeout_reason
 
 log = logging.getLogger("dormant.dispatcher")
-
-#: Longest pause between two attempts at a store that keeps failing (locked, full).
-STORE_RETRY_MAX_S = 5.0
-
-
-def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Delay before retry number ``attempt`` (1, 2, ...): exponential, capped, jittered."""
-    delay: float = min(cap, base * (2 ** max(0, attempt - 1)))
-    jitter = (rng or random).uniform(0.8, 1.2)
-    return min(cap, delay * jitter)
-
-
-def log_store_failure(logger: logging.Logger, event: str, exc: BaseException, streak: int) -> None:
-    """Log failure number ``streak`` in a row of a store call, without flooding the log.
-
-    The 1st, 2nd, 4th, 8th, ... failure of a streak is a warning (the others are debug);
-    an exception that is not a :class:`DormantError` (a bug, not a store condition)
-    is logged with its traceback.
-    """
-    level = logging.WARNING if streak & (streak - 1) == 0 else logging.DEBUG
-    logger.log(
-        level,
-        event,
-        extra={"error": f"{type(exc).__name__}: {exc}", "failures": streak},
-        exc_info=None if isinstance(exc, DormantError) else exc,
-    )
-
-
-async def pause(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-
-
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes, with a note of what was cut."""
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    note = f"\n[... output truncated: {len(data)} bytes, first {limit - 100} shown]"
-    return data[: max(0, limit - 100)].decode(errors="ignore") + note
 
 
 class Dispatcher:
@@ -103,6 +63,7 @@ class Dispatcher:
         clock: Callable[[], float],
         on_result: Callable[[], None],
         blob_threshold: int = blobs.DEFAULT_THRESHOLD,
+        tool_threads: ToolThreads | None = None,
     ) -> None:
         self.store = store
         self.agents = agents
@@ -117,6 +78,7 @@ class Dispatcher:
         self.clock = clock
         self.on_result = on_result
         self.blob_threshold = blob_threshold
+        self.tool_threads = tool_threads
         self.wake = asyncio.Event()
         timeouts = [t.timeout for a in agents.values() for t in a.tools] or [30.0]
         # a lease outlives the slowest call, so only a dead worker lets one expire
@@ -229,18 +191,21 @@ class Dispatcher:
             inline=False,
             blobs=self.store,
             blob_threshold=self.blob_threshold,
+            tool_threads=self.tool_threads,
         )
         try:
             async with asyncio.timeout(spec.timeout):
                 output = await spec.run(args, ctx)
-                content = await blobs.stash(self.store, entry.thread_id, output, self.blob_threshold)
+                content = await stored_output(self.store, entry.thread_id, output, self.blob_threshold)
         except ToolError as exc:
             if exc.retryable:
                 return self._retry(entry, f"{exc}")
             return self._final(entry, f"error: {exc}", "done", is_error=True)
         except TimeoutError:
-            reason = f"timed out after {spec.timeout:g}s"
-            if spec.idempotent:
+            # a sync call that never got a thread did not run: safe to retry, idempotent or
+            # not; one that ran and is not idempotent has an unknown outcome (it may still act)
+            reason, ran = timeout_reason(spec, ctx)
+            if spec.idempotent or not ran:
                 return self._retry(entry, reason)
             return self._final(entry, f"error: {reason}", "done", is_error=True)
         except (StoreError, Overloaded) as exc:  # storing a large output failed
@@ -253,6 +218,7 @@ class Dispatcher:
         return self._final(entry, content, "done")
 
     def _retry(self, entry: OutboxEntry, reason: str) -> OutboxOutcome:
+        reason = clean(reason)
         if entry.attempts >= self.max_attempts:
             text = f"error: gave up after {entry.attempts} attempts: {reason}"
             return self._final(entry, text, "dead", error=reason)
@@ -286,5 +252,5 @@ class Dispatcher:
             kind="dead" if kind == "dead" else "done",
             content=truncate(content, self.max_result_bytes),
             is_error=is_error,
-            error=error or (content if is_error else None),
+            error=clean(error or (content if is_error else "")) or None,
         )

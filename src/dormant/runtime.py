@@ -1,138 +1,44 @@
 """The runtime: the public entry point that ties store, scheduler, slices and dispatcher.
 
-A slice, as run here: load a bounded view → :class:`~dormant.slice.Turn` decides →
-call the model (collected in a turn buffer) → run inline tools → loop (bounded) →
-commit the plan in one transaction → forget. A failed slice commits nothing:
-its inputs stay pending and the thread is retried after a backoff; after
-``model_retries`` failures in a row the thread is marked failed, with the reason
-in its ``error``, until ``dormant retry`` (:meth:`Runtime.retry`).
+:class:`Runtime` wires the parts and offers the public API (admission, reads,
+lifecycle). Running one slice — view budgets, compaction, the model, inline tools,
+the failure policy — is :class:`~dormant.runner.SliceRunner`'s; claiming is the
+:class:`~dormant.scheduler.Scheduler`'s, async tool calls the
+:class:`~dormant.dispatcher.Dispatcher`'s.
 
-A store that cannot take the commit for now (locked by another process, full,
-overloaded) is not the thread's fault: the slice is retried later without
-counting a failure, and claiming pauses meanwhile, so work resumes by itself
-once the store recovers. A damaged database stops the runtime: :meth:`Runtime.run`
-raises :class:`~dormant.errors.SchemaError` saying what to do.
+A store that cannot take a commit for now (locked by another process, full,
+overloaded) pauses claiming; work resumes by itself once the store recovers. A
+damaged database stops the runtime: :meth:`Runtime.run` raises
+:class:`~dormant.errors.SchemaError` saying what to do.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
-import json
 import logging
 import os
 import socket
 import time
-import urllib.parse
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 
-import msgspec
-
-from . import blobs, compaction
 from .agent import Agent
 from .blobs import ToolOutput
 from .config import Settings
-from .dispatcher import STORE_RETRY_MAX_S, Dispatcher, backoff
-from .errors import (
-    InvalidInput,
-    LeaseLost,
-    ModelError,
-    Overloaded,
-    SchemaError,
-    StoreFull,
-    StoreLocked,
-    UsageError,
-)
+from .dispatcher import Dispatcher
+from .errors import InvalidInput, SchemaError, UsageError
+from .gctune import gc_tuned
 from .metrics import RuntimeStats
-from .models.base import ModelReply, ModelRequest, collect
-from .records import (
-    Admission,
-    Claim,
-    CommitPlan,
-    Message,
-    NewInput,
-    Page,
-    Priority,
-    SliceLoad,
-    StoreStatus,
-    Summary,
-    Thread,
-    ViewLimits,
-)
+from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
+from .runner import SliceRunner
 from .scheduler import Scheduler
-from .slice import InlineCall, InlineResult, Turn
 from .store import Store, open_store, store_options
-from .tokens import DEFAULT_ENCODING, TokenCounter, count_text
-from .tools import ToolContext
+from .text import stored_output
+from .tool_threads import ToolThreads
+from .urls import redact, remember
 
 log = logging.getLogger("dormant.runtime")
-
-#: A model that does not declare its window is assumed to have this one (tokens).
-DEFAULT_WINDOW = 128_000
-#: Tokens kept free besides the output reserve: per-message framing, rounding.
-PROMPT_MARGIN = 64
-#: The smallest history budget a runtime accepts.
-MIN_VIEW_TOKENS = 256
-
-
-def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
-    """``plan`` with the token count of each of its messages: counted once, as they are
-    written, so no view ever counts history again. Only for limits that count tokens
-    (:attr:`ViewLimits.counts_tokens`); else messages are stored uncounted (0).
-
-    (Counting on a thread of its own, since tiktoken releases the GIL while it
-    encodes, was measured slower: 1,085 against 1,872 turns/s on agent_scale, the
-    GIL hand-offs costing more than the encoding.)
-    """
-    messages = tuple(msgspec.structs.replace(m, tokens=counter.message(m)) for m in plan.messages)
-    return msgspec.structs.replace(plan, messages=messages)
-
-
-#: CPython's youngest-generation GC threshold while a runtime runs (the default is 700).
-#: Hundreds of slices in flight keep thousands of young container objects (coroutines,
-#: futures, views) alive, so at the default each allocation burst re-traverses that
-#: working set, and every tenth young collection cascades into a full one over the
-#: whole heap: measured 15-18 % of the CPU of an agent_scale turn. Almost nothing a
-#: slice allocates is cyclic garbage (refcounting frees it), so collecting less often
-#: costs no memory to speak of.
-GC_THRESHOLD = 50_000
-_gc_users = 0  # runtimes running in this process; the first one tunes, the last one restores
-_gc_saved: tuple[int, int, int] | None = None
-
-
-@contextlib.contextmanager
-def gc_tuned() -> Iterator[None]:
-    """Raise the young-generation GC threshold to :data:`GC_THRESHOLD` while inside.
-
-    Nested or concurrent uses share one setting; the last to leave restores what was
-    set before the first entered. A threshold already above it is left alone.
-    """
-    global _gc_users, _gc_saved
-    if _gc_users == 0:
-        _gc_saved = gc.get_threshold()
-        first, second, third = _gc_saved
-        if 0 < first < GC_THRESHOLD:  # 0: collection is disabled, leave it so
-            gc.set_threshold(GC_THRESHOLD, second, third)
-    _gc_users += 1
-    try:
-        yield
-    finally:
-        _gc_users -= 1
-        if _gc_users == 0 and _gc_saved is not None:
-            gc.set_threshold(*_gc_saved)
-            _gc_saved = None
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, fit for messages and logs."""
-    parts = urllib.parse.urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 class Runtime:
@@ -157,6 +63,7 @@ class Runtime:
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
+        remember(store.url)  # its password is scrubbed from any error text shown later
         self.agents: dict[str, Agent] = {}
         for agent in agents:
             if agent.name in self.agents:
@@ -166,12 +73,9 @@ class Runtime:
         if self.default_agent not in self.agents:
             raise UsageError(f"default agent {self.default_agent!r} is not defined")
         self.worker = self.settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
-        # per agent: its model's window less its output, system prompt and tool schemas
-        self.limits = {name: self._view_limits(agent) for name, agent in self.agents.items()}
-        self._counters: dict[str, TokenCounter] = {}
         self.stats = RuntimeStats()
         self.clock = time.time
-        self._names = frozenset(self.agents)
+        self.tool_threads = ToolThreads(self.settings.tool_threads)
         self.scheduler = Scheduler(
             self.store,
             self.run_slice,
@@ -194,58 +98,28 @@ class Runtime:
             clock=self.clock,
             on_result=self.scheduler.wake.set,
             blob_threshold=self.settings.blob_threshold_bytes,
+            tool_threads=self.tool_threads,
         )
+        self.runner = SliceRunner(
+            self.store,
+            self.agents,
+            self.settings,
+            self.stats,
+            clock=self.clock,
+            hold=self.scheduler.hold,
+            on_commit=self.dispatcher.wake.set,
+            on_damage=self._halt,
+            tool_threads=self.tool_threads,
+        )
+        # per agent: its model's window less its output, system prompt and tool schemas
+        self.limits = self.runner.limits
         # a store shared by several processes (PostgreSQL) can hint that another
         # process made work ready; the poll stays the truth, the hint only cuts latency
-        subscribe = getattr(self.store, "subscribe", None)
-        if callable(subscribe):
-            subscribe(self._on_store_hint)
+        self.store.subscribe(self._on_store_hint)
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
         self._opened = False
         self._fatal: SchemaError | None = None
-        self._store_errors = 0  # slices in a row that the store could not take
-
-    def _view_limits(self, agent: Agent) -> ViewLimits:
-        """The view budget of ``agent``'s threads: what its model's window leaves for history.
-
-        The system prompt and tool schemas are first bounded by their UTF-8 bytes (a
-        token is at least one byte). When the byte cap alone then keeps every view
-        within the budget (:attr:`ViewLimits.counts_tokens` is false), that bound is
-        the budget and nothing loads the tokenizer; else they are counted.
-        """
-        model = agent.model
-        encoding = getattr(model, "encoding", DEFAULT_ENCODING)
-        window = getattr(model, "context_window", DEFAULT_WINDOW)
-        reserved = getattr(model, "max_output_tokens", 4096) + PROMPT_MARGIN
-        schemas = json.dumps(agent.toolbox.schemas)
-
-        def budget(fixed: int) -> int:
-            left = window - reserved - fixed
-            return min(left, self.settings.view_tokens) if self.settings.view_tokens else left
-
-        limits = ViewLimits(
-            max_messages=self.settings.view_messages,
-            max_bytes=self.settings.view_bytes,
-            max_tokens=budget(len(agent.system_prompt.encode()) + len(schemas.encode())),
-            encoding=encoding,
-        )
-        if limits.counts_tokens:
-            fixed = count_text(agent.system_prompt, encoding) + count_text(schemas, encoding)
-            limits = msgspec.structs.replace(limits, max_tokens=budget(fixed))
-        if limits.max_tokens < MIN_VIEW_TOKENS:
-            raise UsageError(
-                f"agent {agent.name!r}: the model's window of {window} tokens leaves {limits.max_tokens} "
-                f"for history once its system prompt, tools and output are counted; at least "
-                f"{MIN_VIEW_TOKENS} needed"
-            )
-        return limits
-
-    def _counter(self, encoding: str) -> TokenCounter:
-        counter = self._counters.get(encoding)
-        if counter is None:
-            counter = self._counters[encoding] = TokenCounter(encoding)
-        return counter
 
     def _on_store_hint(self, what: str) -> None:
         """Wake the scheduler (``threads``) or the dispatcher (``outbox``) early."""
@@ -262,7 +136,7 @@ class Runtime:
     async def close(self) -> None:
         """Stop running loops and close the store."""
         self.stop()
-
+        self.tool_threads.close()
         if self._opened:
             await self.store.close()
             self._opened = False
@@ -414,7 +288,7 @@ class Runtime:
         to a call the dispatcher already answered) returns ``duplicate=True``; an unknown
         call raises NotFound. See :meth:`Store.complete_call`.
         """
-        text = await blobs.stash(self.store, thread_id, content, self.settings.blob_threshold_bytes)
+        text = await stored_output(self.store, thread_id, content, self.settings.blob_threshold_bytes)
         admission = await self.store.complete_call(thread_id, call_id, text, is_error=is_error)
         self.scheduler.wake.set()
         return admission
@@ -453,173 +327,4 @@ class Runtime:
 
     async def run_slice(self, claim: Claim) -> None:
         """Run one slice for ``claim``: load, decide, call, commit. Never raises."""
-        started = time.perf_counter()
-        try:
-            await self._slice(claim)
-        except LeaseLost:
-            self.stats.leases_lost += 1
-            log.warning("slice_lease_lost", extra={"thread_id": claim.thread_id})
-        except asyncio.CancelledError:
-            self.stats.leases_lost += 1
-            raise
-        except SchemaError as exc:
-            self._halt(exc)
-        except (StoreFull, StoreLocked, Overloaded) as exc:
-            self.stats.slice_failures += 1
-            await self._store_unavailable(claim, exc)
-        except Exception as exc:
-            self.stats.slice_failures += 1
-            await self._failed(claim, exc)
-        else:
-            self._store_errors = 0
-            self.stats.slices += 1
-            self.stats.slice_latency.add(time.perf_counter() - started)
-            self.dispatcher.wake.set()
-
-    async def _slice(self, claim: Claim) -> None:
-        agent = self.agents.get(claim.agent)
-        if agent is None:
-            raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
-        limits = self.limits[agent.name]
-        load = await self.store.load_slice(claim, limits)
-        # only limits that count tokens load a tokenizer (see ViewLimits.counts_tokens)
-        counter = self._counter(limits.encoding) if limits.counts_tokens else None
-        summary = None
-        if compaction.due(load, limits, self.settings.compaction_share):
-            load, summary = await self._compact(load, agent, limits, counter)
-        turn = Turn(
-            load,
-            token=claim.token,
-            system=agent.system_prompt,
-            tools=agent.toolbox,
-            max_rounds=self.settings.max_rounds,
-            now=self.clock(),
-            summary=summary,
-        )
-        while turn.wants_model:
-            reply = await self._complete(agent, turn.request())
-            inline = turn.on_reply(reply)
-            if inline:
-                turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
-        plan = turn.plan()
-        await self.store.commit_slice(plan if counter is None else counted(plan, counter))
-
-    async def _complete(self, agent: Agent, request: ModelRequest) -> ModelReply:
-        """One model call under the model timeout."""
-        try:
-            async with asyncio.timeout(self.settings.model_timeout_s):
-                reply = await collect(agent.model.stream(request))
-        except TimeoutError:
-            timeout = self.settings.model_timeout_s
-            raise ModelError(f"the model did not answer within {timeout:g}s") from None
-        self.stats.completions += 1
-        return reply
-
-    async def _compact(
-        self, load: SliceLoad, agent: Agent, limits: ViewLimits, counter: TokenCounter | None
-    ) -> tuple[SliceLoad, Summary | None]:
-        """Summarize the older part of ``load``'s view; on failure, ``load`` unchanged.
-
-        A failed compaction costs the slice nothing: the thread goes on with its view
-        (still bounded by the budget) and compaction is tried again on its next slice.
-        """
-        keep = self.settings.compaction_keep
-        index = compaction.cut_index(
-            load.view[load.inherited :], int(limits.max_tokens * keep), int(limits.max_bytes * keep)
-        )
-        if index is None:
-            return load, None
-        prompt = agent.compaction_prompt or compaction.DEFAULT_PROMPT
-        max_words = max(50, getattr(agent.model, "max_output_tokens", 4096) * 2 // 3)
-        try:
-            reply = await self._complete(agent, compaction.request(load, index, prompt, max_words))
-            if not reply.text.strip():
-                raise ModelError("the model returned an empty summary", retryable=False)
-        except Exception as exc:
-            self.stats.compaction_failures += 1
-            log.warning(
-                "compaction_failed",
-                extra={"thread_id": load.thread.id, "error": f"{type(exc).__name__}: {exc}"},
-            )
-            return load, None
-        self.stats.compactions += 1
-        tokens = counter.count("system", reply.text) if counter is not None else 0
-        new = compaction.summary(load, index, reply.text, tokens, self.clock())
-        return compaction.compacted(load, index, new), new
-
-    async def _inline(self, call: InlineCall, thread: Thread, agent: Agent) -> InlineResult:
-        self.stats.inline_calls += 1
-        ctx = ToolContext(
-            thread_id=thread.id,
-            call_id=call.call.id,
-            agent=agent.name,
-            message_seq=call.message_seq,
-            parent_id=thread.parent_id,
-            now=self.clock(),
-            agents=self._names,
-            blobs=self.store,
-            blob_threshold=self.settings.blob_threshold_bytes,
-        )
-        try:
-            async with asyncio.timeout(call.spec.timeout):
-                output = await call.spec.run(call.args, ctx)
-                # a large output goes to the store now (outside the slice's transaction: a
-                # slice that fails leaves an unused reference, collected with the thread)
-                content = await blobs.stash(self.store, thread.id, output, ctx.blob_threshold)
-        except TimeoutError:
-            return InlineResult(call=call.call, content=f"error: timed out after {call.spec.timeout:g}s")
-        except Exception as exc:  # the model hears about a tool's failure
-            return InlineResult(call=call.call, content=f"error: {type(exc).__name__}: {exc}")
-        return InlineResult(
-            call=call.call,
-            content=content,
-            threads=tuple(ctx.threads),
-            admissions=tuple(ctx.admissions),
-        )
-
-    async def _failed(self, claim: Claim, exc: BaseException) -> None:
-        """Release a failed slice's lease with a backoff, or mark the thread failed."""
-        reason = f"{type(exc).__name__}: {exc}"
-        try:
-            thread = await self.store.get_thread(claim.thread_id)
-            failures = thread.failures + 1
-            permanent = isinstance(exc, UsageError) or (isinstance(exc, ModelError) and not exc.retryable)
-            fail = permanent or failures > self.settings.model_retries
-            delay = backoff(failures, self.settings.retry_base_s, self.settings.retry_max_s)
-            if isinstance(exc, ModelError) and exc.retry_after:
-                delay = max(delay, exc.retry_after)
-            log.warning(
-                "slice_failed",
-                extra={"thread_id": claim.thread_id, "error": reason, "failed": fail},
-            )
-            await self.store.release(claim, retry_at=self.clock() + delay, error=reason, fail=fail)
-        except Exception as store_exc:
-            # the lease will expire by itself; the inputs are still pending
-            log.error(
-                "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(store_exc).__name__}: {store_exc}"},
-            )
-
-    async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:
-        """The store could not take the slice (locked, full, overloaded): not the thread's fault.
-
-        The thread's failure count is left alone; it is retried after a backoff that
-        grows while the store keeps failing, and claiming pauses as long.
-        """
-        self._store_errors += 1
-        delay = backoff(min(self._store_errors, 16), self.settings.retry_base_s, STORE_RETRY_MAX_S)
-        if isinstance(exc, Overloaded):
-            delay = max(delay, exc.retry_after)
-        self.scheduler.hold(delay)
-        error = f"{type(exc).__name__}: {exc}"
-        log.warning(
-            "slice_store_unavailable",
-            extra={"thread_id": claim.thread_id, "error": error, "retry_in_s": round(delay, 3)},
-        )
-        try:
-            await self.store.release(claim, retry_at=self.clock() + delay)
-        except Exception as release_exc:
-            log.error(
-                "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
-            )
+        await self.runner.run(claim)

@@ -3,7 +3,11 @@
 It claims only what it can run right now (free slots), so it never holds an
 in-memory backlog: waiting work stays in the store. Leases of running slices are
 renewed in one store call per period; a slice whose lease was lost is cancelled
-(its commit would be refused anyway).
+(its commit would be refused anyway, and its model calls and inline tools would
+repeat): when a renewal says so, and when renewals keep failing until the lease
+has run out. One thread never runs two slices here at once: if the store hands
+out a thread again while its previous slice still runs (its lease lapsed), that
+slice is cancelled and the new one starts only once it has ended.
 
 The loop survives the store failing under it (locked by another process, disk
 full, ...): a failed claim is logged and retried with a capped backoff, and
@@ -19,12 +23,23 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from .dispatcher import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 from .errors import SchemaError
 from .records import Claim
+from .retry import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 from .store.base import Store
 
 log = logging.getLogger("dormant.scheduler")
+
+
+class _Running:
+    """A slice running here: its claim (renewed), its task, when its lease runs out."""
+
+    __slots__ = ("claim", "deadline", "task")
+
+    def __init__(self, claim: Claim, task: asyncio.Task[None], deadline: float) -> None:
+        self.claim = claim
+        self.task = task
+        self.deadline = deadline  # time.monotonic() at which the lease is surely gone
 
 
 class Scheduler:
@@ -47,14 +62,17 @@ class Scheduler:
         self.lease_s = lease_s
         self.poll_s = poll_s
         self.wake = asyncio.Event()
-        self._running: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
+        self._running: dict[str, _Running] = {}
+        # slices replaced by a newer claim of their thread, still ending (cancelled): a
+        # newer slice of the thread starts only once every one of them has ended
+        self._ending: dict[str, set[asyncio.Task[None]]] = {}
         self._hold_until = 0.0  # time.monotonic() before which nothing is claimed
         self.claim_failures = 0  # failed claims in a row (0 when the store answers)
 
     @property
     def active(self) -> int:
-        """Slices running now."""
-        return len(self._running)
+        """Slices running now (those still ending after their lease was lost included)."""
+        return len(self._running) + sum(len(tasks) for tasks in self._ending.values())
 
     def hold(self, seconds: float) -> None:
         """Claim nothing for ``seconds`` (the store cannot commit now); running slices go on."""
@@ -73,8 +91,9 @@ class Scheduler:
                     await pause(stop, min(held, self.poll_s * 10))
                     continue
                 self.wake.clear()  # before claiming, so a wake-up during the claim is kept
-                free = self.concurrency - len(self._running)
+                free = self.concurrency - self.active
                 claims: list[Claim] = []
+                asked = time.monotonic()  # the lease runs from before the claim, at the latest
                 if free > 0:
                     try:
                         claims = await self.store.claim_threads(self.worker, free, self.lease_s)
@@ -90,15 +109,16 @@ class Scheduler:
                         log.warning("claims_resumed", extra={"failures": self.claim_failures})
                         self.claim_failures = 0
                 for claim in claims:
-                    task = asyncio.create_task(self._guard(claim), name=f"slice:{claim.thread_id}")
-                    self._running[claim.thread_id] = (claim, task)
+                    self._start(claim, asked + self.lease_s)
                 # fewer claims than free slots: nothing else is ready; all slots busy:
                 # wait for a slot. Either way, sleep until woken or the poll period ends.
                 await self._sleep(stop)
         finally:
             renewer.cancel()
-            if self._running:
-                await asyncio.gather(*(t for _, t in self._running.values()), return_exceptions=True)
+            tasks = [r.task for r in self._running.values()]
+            tasks += [t for ending in self._ending.values() for t in ending]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(self.wake.wait()), asyncio.ensure_future(stop.wait())]
@@ -108,32 +128,73 @@ class Scheduler:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _guard(self, claim: Claim) -> None:
+    def _start(self, claim: Claim, deadline: float) -> None:
+        thread_id = claim.thread_id
+        previous = self._running.get(thread_id)
+        if previous is not None:
+            # the thread's lease lapsed while its slice still runs here, and the store
+            # handed it out again: that slice lost it; the new one waits for its end
+            log.warning("lease_lost", extra={"thread_id": thread_id, "reclaimed": True})
+            previous.task.cancel()
+            ending = self._ending.setdefault(thread_id, set())
+            ending.add(previous.task)
+            previous.task.add_done_callback(lambda task: self._ended(thread_id, task))
+        earlier = frozenset(self._ending.get(thread_id, ()))
+        task = asyncio.create_task(self._guard(claim, earlier), name=f"slice:{thread_id}")
+        self._running[thread_id] = _Running(claim, task, deadline)
+
+    def _ended(self, thread_id: str, task: asyncio.Task[None]) -> None:
+        ending = self._ending.get(thread_id)
+        if ending is not None:
+            ending.discard(task)
+            if not ending:
+                del self._ending[thread_id]
+        self.wake.set()
+
+    async def _guard(self, claim: Claim, earlier: frozenset[asyncio.Task[None]]) -> None:
         try:
+            pending = [t for t in earlier if not t.done()]
+            if pending:  # never two slices of one thread at once: wait for every earlier one
+                await asyncio.wait(pending)
             await self.run_slice(claim)
         finally:
-            self._running.pop(claim.thread_id, None)
+            entry = self._running.get(claim.thread_id)
+            if entry is not None and entry.task is asyncio.current_task():
+                del self._running[claim.thread_id]  # only its own entry, never a successor's
             self.wake.set()
+
+    def _expire(self) -> None:
+        """Cancel the slices whose lease has run out unrenewed (called when renewals fail)."""
+        now = time.monotonic()
+        for thread_id, entry in self._running.items():
+            if entry.deadline <= now and not entry.task.done() and not entry.task.cancelling():
+                log.warning("lease_expired", extra={"thread_id": thread_id})
+                entry.task.cancel()
 
     async def _renew(self, stop: asyncio.Event) -> None:
         period = self.lease_s / 3
         while not stop.is_set():
             await asyncio.sleep(period)
-            claims = [claim for claim, _ in self._running.values()]
-            if not claims:
+            entries = list(self._running.values())
+            if not entries:
                 continue
+            asked = time.monotonic()
             try:
-                kept = await self.store.renew_leases(claims, self.lease_s)
-            except Exception as exc:  # renewals go on; a lease that expires meanwhile is lost
+                kept = await self.store.renew_leases([e.claim for e in entries], self.lease_s)
+            except Exception as exc:  # renewals go on; a lease that ran out meanwhile is lost
                 log.warning("lease_renew_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+                # only while renewals fail: a slow renewal that succeeds is the store's word
+                self._expire()
                 continue
             held = {c.thread_id: c for c in kept}
-            for claim in claims:
-                entry = self._running.get(claim.thread_id)
-                if entry is None or entry[0].token != claim.token:
-                    continue
-                if claim.thread_id in held:
-                    self._running[claim.thread_id] = (held[claim.thread_id], entry[1])
-                else:
-                    log.warning("lease_lost", extra={"thread_id": claim.thread_id})
-                    entry[1].cancel()
+            for sent in entries:
+                entry = self._running.get(sent.claim.thread_id)
+                if entry is not sent:
+                    continue  # ended, or replaced by a newer claim meanwhile
+                renewed = held.get(sent.claim.thread_id)
+                if renewed is not None and renewed.token == sent.claim.token:
+                    entry.claim = renewed
+                    entry.deadline = asked + self.lease_s
+                elif not entry.task.done():
+                    log.warning("lease_lost", extra={"thread_id": sent.claim.thread_id})
+                    entry.task.cancel()

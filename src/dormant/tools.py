@@ -28,6 +28,7 @@ import pydantic
 from .blobs import CHUNK_BYTES, DEFAULT_THRESHOLD, BlobReader, ToolOutput
 from .errors import UsageError
 from .records import NewInput, NewThread
+from .tool_threads import SyncCall, ToolThreads, default_pool
 
 ToolMode = Literal["inline", "async"]
 
@@ -41,7 +42,9 @@ class ToolContext:
     once. Inline tools may record effects (child threads, admissions) that commit
     with the slice, atomically. ``blobs`` reads the blobs of the thread's history
     (the ``read_blob`` tool uses it); outputs over ``blob_threshold`` bytes are stored
-    as blobs.
+    as blobs. A sync tool runs in a thread of ``tool_threads`` (the process-wide
+    bounded pool when None); ``sync_call`` then tells whether that thread started it
+    and whether it is still in it.
     """
 
     thread_id: str
@@ -57,6 +60,8 @@ class ToolContext:
     inline: bool = True
     blobs: BlobReader | None = None
     blob_threshold: int = DEFAULT_THRESHOLD
+    tool_threads: ToolThreads | None = None
+    sync_call: SyncCall | None = None
 
     def spawn(self, child: NewThread) -> None:
         """Create a child thread when the slice commits (inline tools only)."""
@@ -122,16 +127,19 @@ class ToolSpec:
         return dict(iter(model))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        """Run the function (sync functions in a worker thread) and return its output:
-        bytes and streams as returned, not read yet (see :func:`result_output`);
-        anything else as text."""
+        """Run the function and return its output: bytes and streams as returned, not
+        read yet (see :func:`result_output`); anything else as text.
+
+        A sync function runs in a thread of ``ctx.tool_threads`` (bounded; see
+        :class:`~dormant.tool_threads.ToolThreads`), tracked by ``ctx.sync_call``."""
         kwargs = dict(args)
         if self.context_param:
             kwargs[self.context_param] = ctx
         if inspect.iscoroutinefunction(self.fn):
             result = await self.fn(**kwargs)
         else:
-            result = await asyncio.to_thread(self.fn, **kwargs)
+            ctx.sync_call = SyncCall()
+            result = await (ctx.tool_threads or default_pool()).call(self.fn, kwargs, ctx.sync_call)
         return result_output(result)
 
     async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> str:
@@ -320,3 +328,26 @@ async def _read_file(path: str | os.PathLike[str], chunk_bytes: int) -> AsyncIte
             yield piece
     finally:
         file.close()
+
+
+def timeout_reason(spec: ToolSpec, ctx: ToolContext) -> tuple[str, bool]:
+    """Why a call of ``spec`` with context ``ctx`` ended at its timeout, and whether it ran.
+
+    An async tool was cancelled: "timed out". A sync tool still waiting for a pool
+    thread never ran (False). A sync tool that had started cannot be stopped: its
+    thread may still be in it, so its outcome is unknown, never "timed out".
+    """
+    after = f"{spec.timeout:g}s"
+    call = ctx.sync_call
+    if call is None:
+        return f"timed out after {after}", True
+    if not call.started:
+        size = (ctx.tool_threads or default_pool()).size
+        return f"no free tool thread within {after} (all {size} busy); the call did not run", False
+    if call.finished:
+        return f"outcome unknown: the call returned but its output was not stored within {after}", True
+    return (
+        f"outcome unknown: still running after {after} (a sync tool cannot be stopped); "
+        "its effects may still happen",
+        True,
+    )

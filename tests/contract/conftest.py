@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from dormant.store.base import Store
-from dormant.store.memory import MemoryStore
 from dormant.store.postgres import PostgresStore
 from dormant.store.sqlite import SQLiteStore
 from tests.helpers import FakeClock
@@ -40,8 +39,8 @@ class Backend:
     bind: Callable[[str], StoreFactory] | None = None
 
 
-def _memory(tmp_path: Path, clock: FakeClock) -> Store:
-    return MemoryStore("memory://", clock=clock)
+def _ram(tmp_path: Path, clock: FakeClock) -> Store:
+    return SQLiteStore("memory://", clock=clock)
 
 
 def _sqlite(tmp_path: Path, clock: FakeClock) -> Store:
@@ -60,7 +59,7 @@ def _postgres(url: str) -> StoreFactory:
 
 
 BACKENDS = [
-    Backend("memory", _memory, durable=False, shared=False),
+    Backend("ram", _ram, durable=False, shared=False),
     Backend("sqlite", _sqlite, durable=True, shared=True),
     Backend("postgres", _unbound, durable=True, shared=True, needs="pg_url", bind=_postgres),
 ]

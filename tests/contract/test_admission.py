@@ -177,6 +177,22 @@ async def test_malformed_inputs_are_refused(store: Store) -> None:
     assert not await store.has_work()
 
 
+@pytest.mark.parametrize(
+    "field", ["content", "dedup_key", "thread_id", "source", "agent"], ids=lambda f: f"nul_in_{f}"
+)
+async def test_a_nul_character_is_refused_on_every_backend(store: Store, field: str) -> None:
+    good = user("t1", "k1", "before")
+    bad = user("t2", "k2", "text")
+    bad = NewInput(**{**{f: getattr(bad, f) for f in bad.__struct_fields__}, field: "a\x00b"})
+    with pytest.raises(InvalidInput, match="NUL"):
+        await store.admit([good, bad])
+    with pytest.raises(NotFound):  # the whole batch was refused
+        await store.get_thread("t1")
+    await store.create_thread("t3", "a")
+    with pytest.raises(InvalidInput, match="NUL"):
+        await store.complete_call("t3", "c1", "a\x00b")
+
+
 async def test_inputs_to_a_failed_thread_wait_until_it_is_retried(store: Store) -> None:
     await store.admit([user("t1", "k1")])
     c, _ = await take(store, "t1")

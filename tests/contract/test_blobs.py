@@ -15,7 +15,6 @@ from dormant.blobs import CHUNK_BYTES, MAX_READ, TMP_TTL_S, tmp_ref
 from dormant.errors import InvalidInput, NotFound, UsageError
 from dormant.records import NewThread
 from dormant.store.base import Store
-from dormant.store.memory import MemoryStore
 from dormant.store.postgres import PostgresStore
 from dormant.store.sqlite import SQLiteStore
 from tests.helpers import FakeClock
@@ -43,19 +42,16 @@ def ref_of(data: bytes) -> str:
 
 async def layout(store: Store) -> tuple[int, int, int]:
     """(blobs, chunks, references) as stored, whatever the backend (a peek inside)."""
-    if isinstance(store, MemoryStore):
-        blobs = store._blobs
-        refs = sum(len(r) for r in store._blob_refs.values())
-        return len(blobs), sum(len(chunks) for _, chunks in blobs.values()), refs
     sql = (
         "SELECT (SELECT count(*) FROM blobs), (SELECT count(*) FROM blob_chunks), "
         "(SELECT count(*) FROM blob_refs)"
     )
     if isinstance(store, SQLiteStore):
-        row = store._read().execute(sql).fetchone()
+        row = store.backend._read().execute(sql).fetchone()
     else:
         assert isinstance(store, PostgresStore)
-        row = (await store._rows(sql))[0]
+        async with store.backend._reads().connection() as conn:
+            row = await (await conn.execute(sql)).fetchone()
     return int(row[0]), int(row[1]), int(row[2])
 
 
@@ -63,12 +59,12 @@ async def plant_chunks(store: Store, ref: str, count: int) -> None:
     """Chunks under ``ref`` as a write that never finished leaves them."""
     rows = [(ref, idx, b"x" * 1000) for idx in range(count)]
     if isinstance(store, SQLiteStore):
-        await store._write(
+        await store.backend._write(
             lambda conn: conn.executemany("INSERT INTO blob_chunks VALUES (NULL, ?, ?, ?)", rows)
         )
         return
     assert isinstance(store, PostgresStore)
-    async with store._reads().connection() as conn, conn.cursor() as cursor:
+    async with store.backend._reads().connection() as conn, conn.cursor() as cursor:
         await cursor.executemany("INSERT INTO blob_chunks (ref, idx, data) VALUES (%s, %s, %b)", rows)
 
 
@@ -278,9 +274,6 @@ async def test_delete_a_missing_thread(store: Store) -> None:
 async def test_chunks_of_writes_that_never_finished_are_swept_after_an_hour(
     store: Store, clock: FakeClock
 ) -> None:
-    if isinstance(store, MemoryStore):
-        pytest.skip("the memory store writes no chunk before a blob is complete")
-    assert isinstance(store, SQLiteStore | PostgresStore)
     stale, young = tmp_ref(clock.now - TMP_TTL_S - 5), tmp_ref(clock.now - 60)
     await plant_chunks(store, stale, 3)
     await plant_chunks(store, young, 2)
@@ -299,7 +292,7 @@ async def test_sqlite_sweeps_moves_that_never_finished(store: Store, clock: Fake
     ref = ref_of(b"never completed")
     await plant_chunks(store, ref, 2)
     created = clock.now - TMP_TTL_S - 5
-    await store._write(
+    await store.backend._write(
         lambda conn: conn.execute("INSERT INTO blobs VALUES (?, -1, ?, ?)", (ref, CHUNK_BYTES, created))
     )
     await turn(store, "t1", "k1")
@@ -316,8 +309,10 @@ async def test_sqlite_a_put_adopts_a_move_that_never_finished(store: Store, cloc
     ref = ref_of(data)
     # a crashed put had moved two of the four chunks
     rows = [(ref, idx, data[idx * CHUNK_BYTES : (idx + 1) * CHUNK_BYTES]) for idx in (0, 2)]
-    await store._write(lambda conn: conn.executemany("INSERT INTO blob_chunks VALUES (NULL, ?, ?, ?)", rows))
-    await store._write(
+    await store.backend._write(
+        lambda conn: conn.executemany("INSERT INTO blob_chunks VALUES (NULL, ?, ?, ?)", rows)
+    )
+    await store.backend._write(
         lambda conn: conn.execute("INSERT INTO blobs VALUES (?, -1, ?, ?)", (ref, CHUNK_BYTES, 0))
     )
     await turn(store, "t1", "k1")

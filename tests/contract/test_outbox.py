@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from dormant.errors import DormantError
+from dormant.errors import DormantError, InvalidInput
 from dormant.inbox import UNKNOWN_OUTCOME
 from dormant.records import OutboxEntry, OutboxOutcome, ViewLimits
 from dormant.store.base import Store
-from tests.contract.support import LEASE, call, pending_inputs, plan, result, take, turn
+from dormant.store.core import USER_KEY_PREFIX
+from tests.contract.support import LEASE, call, pending_inputs, plan, result, take, turn, user
 from tests.helpers import FakeClock, all_messages
 
 
@@ -234,3 +235,30 @@ async def test_complete_call_refuses_unknown_calls(store: Store) -> None:
     with pytest.raises(DormantError):
         await store.complete_call("t1", "c1", "x" * (2 * 1024 * 1024))
     assert await is_open(store, "c1"), "a refused answer leaves the call open"
+
+
+async def test_a_user_key_equal_to_a_call_id_never_swallows_the_result(store: Store) -> None:
+    await turn(store, "t1", "k1", calls=[call("c1"), call("c2")])
+    # a user sends, keyed like the calls (a future call id, say): another namespace
+    sent = await store.admit([user("t1", "c1", "keyed like c1"), user("t1", "c2", "keyed like c2")])
+    assert [(a.dedup_key, a.duplicate) for a in sent] == [("c1", False), ("c2", False)]
+    assert [(a.dedup_key, a.duplicate) for a in await store.admit([user("t1", "c1", "again")])] == [
+        ("c1", True)
+    ]
+    claimed = {e.call_id: e for e in await store.claim_outbox("w", 10, LEASE)}
+    assert await store.finish_outbox([done(claimed["c1"], "the real result")]) == [True]
+    answer = await store.complete_call("t1", "c2", "answered from outside")
+    assert not answer.duplicate and answer.dedup_key == "c2"
+    # both results reached the thread (it waits for them), then the user's inputs
+    c, load = await take(store, "t1")
+    assert [(i.kind, i.dedup_key, i.content) for i in load.inputs] == [
+        ("tool_result", "c1", "the real result"),
+        ("tool_result", "c2", "answered from outside"),
+    ]
+    await store.commit_slice(plan(c, load))
+    assert await pending_inputs(store, "t1") == ["c1", "c2"]
+
+
+async def test_a_key_in_the_user_namespace_form_is_refused(store: Store) -> None:
+    with pytest.raises(InvalidInput):
+        await store.admit([user("t1", USER_KEY_PREFIX + "c1")])

@@ -66,3 +66,16 @@ async def test_dedup_holds_across_workers(store: Store, other: Store) -> None:
     (a,) = await store.admit([user("t1", "same")])
     (b,) = await other.admit([user("t1", "same")])
     assert b.duplicate and b.input_id == a.input_id
+
+
+async def test_a_view_is_never_served_to_a_new_thread_under_a_deleted_id(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    await turn(store, "t1", "k1", reply="old reply")  # this worker caches t1's view at last_seq 2
+    # another worker deletes t1, and it is created again, reaching the same last_seq
+    await other.delete_thread("t1")
+    clock.advance(1)
+    await turn(other, "t1", "k2", reply="new reply")
+    await store.admit([user("t1", "k3")])
+    _, load = await take(store, "t1")
+    assert [m.content for m in load.view] == ["text of k2", "new reply"]

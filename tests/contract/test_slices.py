@@ -8,8 +8,10 @@ from dormant.context import message_bytes, message_tokens
 from dormant.errors import DormantError, LeaseLost, NotFound, StoreError
 from dormant.inbox import AGING
 from dormant.records import CommitPlan, Message, NewThread, Priority, ToolCall, ViewLimits
-from dormant.store import sqlite as sqlite_store
 from dormant.store.base import Store
+from dormant.store.core import USER_KEY_PREFIX, StoreCore
+from dormant.store.sqlite import SQLiteStore
+from dormant.store.sqlite import reader as sqlite_reader
 from tests.contract.support import (
     LEASE,
     call,
@@ -186,7 +188,7 @@ async def test_a_batch_load_parks_a_bounded_number_of_bytes(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # SQLite parks the rows of a claim batch; past its byte cap the rest load one by one
-    monkeypatch.setattr(sqlite_store, "PARKED_BYTES", 2 * (sqlite_store.ROW_OVERHEAD + 600))
+    monkeypatch.setattr(sqlite_reader, "PARKED_BYTES", 2 * (sqlite_reader.ROW_OVERHEAD + 600))
     tids = [f"p{n}" for n in range(5)]
     for tid in tids:
         await store.admit([user(tid, "k1", tid + " " + "x" * 600)])
@@ -194,8 +196,8 @@ async def test_a_batch_load_parks_a_bounded_number_of_bytes(
     for tid in reversed(tids):
         load = await store.load_slice(claims[tid], ViewLimits())
         assert load.thread.id == tid and [i.content[:3] for i in load.inputs] == [tid + " "]
-        if isinstance(store, sqlite_store.SQLiteStore):
-            assert len(store._loaded) <= 2
+        if isinstance(store, SQLiteStore):
+            assert len(store.backend._batches._loaded) <= 2
         await store.commit_slice(plan(claims[tid], load))
     assert await ready_ids(store) == []
 
@@ -632,3 +634,29 @@ async def test_renew_extends_held_leases_only(store: Store, clock: FakeClock) ->
     clock.advance(90)
     assert kept_id not in [c.thread_id for c in await store.claim_threads("w3", 10, 10.0)]
     assert await store.renew_leases([], LEASE) == []
+
+
+async def test_retrying_a_thread_while_its_slice_runs_keeps_the_lease(store: Store) -> None:
+    await store.admit([user("t1", "k1")])
+    c, load = await take(store, "t1")
+    retried = await store.retry_thread("t1")
+    assert retried.status == "active"
+    assert await store.claim_threads("w2", 10, LEASE) == []  # no second slice of t1
+    await store.commit_slice(plan(c, load))  # the lease still holds
+    assert await ready_ids(store) == []
+
+
+async def test_a_slice_reads_no_input_past_its_byte_cut(store: Store) -> None:
+    big = "x" * 400_000
+    await store.admit([user("t1", f"k{n}", big) for n in range(5)])
+    c = await claim(store, "t1")
+    assert isinstance(store, StoreCore)
+    async with store.backend.reader() as reader:  # what the backend fetched, before the core's cut
+        loaded = await reader.slice_rows(c, 32, 1_000_000)
+    assert loaded is not None  # (keys as stored: in the user namespace)
+    assert [i.dedup_key.removeprefix(USER_KEY_PREFIX) for i in loaded[1]] == ["k0", "k1"]
+    async with store.backend.reader() as reader:  # the first input is read whatever its size
+        loaded = await reader.slice_rows(c, 32, 10)
+    assert loaded is not None and [i.dedup_key.removeprefix(USER_KEY_PREFIX) for i in loaded[1]] == ["k0"]
+    load = await store.load_slice(c, ViewLimits(max_input_bytes=1_000_000))
+    assert [i.dedup_key for i in load.inputs] == ["k0", "k1"]

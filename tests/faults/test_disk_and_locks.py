@@ -27,7 +27,6 @@ from dormant import (
 )
 from dormant.models.scripted import echo_script
 from dormant.records import Claim, CommitPlan, OutboxEntry, OutboxOutcome
-from dormant.store.memory import MemoryStore
 from dormant.store.sqlite import SQLiteStore
 from dormant.tools import tool
 from tests.helpers import all_messages, check_history, eventually
@@ -167,7 +166,7 @@ async def test_a_database_locked_by_another_process_refuses_admission_then_resum
             assert contents == ["through"] * calls, "each call ran once and its real result was recorded"
 
 
-class FlakyStore(MemoryStore):
+class FlakyStore(SQLiteStore):
     """A memory store whose operations fail the first ``n`` times each, in assorted ways:
     StoreLocked, StoreFull and (where a loop must survive a bug) a plain RuntimeError."""
 
@@ -230,7 +229,7 @@ async def test_the_loops_survive_store_failures_and_bugs() -> None:
             assert [m.content for m in await all_messages(rt.store, f"t{i}")][-1] == "got pong"
 
 
-class DamagedStore(MemoryStore):
+class DamagedStore(SQLiteStore):
     """A memory store that reports a damaged database once ``broken`` is set."""
 
     broken = False

@@ -19,7 +19,7 @@ from dormant import (
     ScriptedModel,
     ToolCall,
     context,
-    runtime,
+    runner,
     tool,
 )
 from dormant.compaction import INSTRUCTION
@@ -101,8 +101,8 @@ async def test_an_agent_whose_byte_cap_bounds_its_views_counts_nothing_and_compa
     def no_tokenizer(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("the tokenizer was used")
 
-    monkeypatch.setattr(runtime, "TokenCounter", no_tokenizer)
-    monkeypatch.setattr(runtime, "count_text", no_tokenizer)
+    monkeypatch.setattr(runner, "TokenCounter", no_tokenizer)
+    monkeypatch.setattr(runner, "count_text", no_tokenizer)
     monkeypatch.setattr(context, "count_message", no_tokenizer)
     script = Recorder()
     model = ScriptedModel(script, context_window=128_000, max_output_tokens=200)

@@ -12,11 +12,13 @@ import pytest
 from dormant.errors import SchemaError, UsageError
 from dormant.records import NewInput
 from dormant.store import postgres as pg_store
-from dormant.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
-from dormant.store.postgres_embedded import with_schema
+from dormant.store.postgres import SCHEMA_VERSION, PostgresStore
+from dormant.store.postgres.embedded import with_schema
+from dormant.store.postgres.schema import SCHEMA
 from tests.pg import PgServer
 
-SCHEMA_FILE = Path(pg_store.__file__).with_name("postgres_schema.sql")
+PACKAGE = Path(pg_store.__file__).parent
+SCHEMA_FILE = PACKAGE / "schema.sql"
 SNAPSHOTS = Path(__file__).with_name("schemas") / "postgres"
 
 SHAPE = """
@@ -75,6 +77,7 @@ async def test_a_new_schema_has_every_declared_object(pg_url: str) -> None:
         "blobs",
         "blob_chunks",
         "blob_refs",
+        "workers",
     }
     functions = {name.split("(")[0] for kind, name in got if kind == "function"}
     assert {"dormant_admit", "dormant_commit_slice", "dormant_claim_outbox"} <= functions
@@ -84,7 +87,7 @@ async def test_a_new_schema_has_every_declared_object(pg_url: str) -> None:
 def test_snapshots_cover_every_version() -> None:
     versions = sorted(int(p.stem[1:]) for p in SNAPSHOTS.glob("v*.sql"))
     assert versions == list(range(1, SCHEMA_VERSION + 1)), "copy the schema file to a new snapshot"
-    assert [v for v, _ in MIGRATIONS] == list(range(2, SCHEMA_VERSION + 1))
+    assert [m.version for m in SCHEMA.migrations] == list(range(2, SCHEMA_VERSION + 1))
     latest = (SNAPSHOTS / f"v{SCHEMA_VERSION}.sql").read_text()
     assert latest == SCHEMA_FILE.read_text(), "the newest snapshot is the schema file"
 
@@ -97,6 +100,13 @@ async def test_every_snapshot_migrates_to_the_schema_of_a_new_database(pg: PgSer
     for url in (old, new):
         await (await opened(url)).close()
     assert shape(old) == shape(new)
+
+
+def test_migration_files_are_numbered_and_named() -> None:
+    names = sorted(p.name for p in (PACKAGE / "migrations").iterdir() if p.suffix == ".sql")
+    assert names[0] == "0002_tokens_summaries_blobs.sql"
+    assert names == [m.name for m in SCHEMA.migrations], "every .sql file is NNNN_name.sql"
+    assert SCHEMA.snapshot == SCHEMA_FILE.read_text()
 
 
 async def test_reopening_keeps_the_data(pg_url: str) -> None:

@@ -12,16 +12,24 @@ import pytest
 from dormant.errors import SchemaError, StoreError
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ViewLimits
 from dormant.slice import input_message
-from dormant.store import sqlite as sqlite_store
+from dormant.store.migrations import Migration, Schema
 from dormant.store.sqlite import SCHEMA_VERSION, SQLiteStore
+from dormant.store.sqlite import connect as sqlite_connect
 from tests.helpers import all_messages
 
-SCHEMA_FILE = Path(sqlite_store.__file__).with_name("sqlite_schema.sql")
+SCHEMA_FILE = Path(sqlite_connect.__file__).with_name("schema.sql")
 SNAPSHOTS = Path(__file__).with_name("schemas")
 
 
 def url(path: Path) -> str:
     return f"sqlite:///{path}"
+
+
+def add_migrations(monkeypatch: pytest.MonkeyPatch, *extra: tuple[int, str]) -> None:
+    """Ship ``extra`` (version, SQL) migrations after the real ones, for one test."""
+    shipped = sqlite_connect.SCHEMA
+    added = tuple(Migration(version, f"{version:04d}_test.sql", sql) for version, sql in extra)
+    monkeypatch.setattr(sqlite_connect, "SCHEMA", Schema(shipped.snapshot, shipped.migrations + added))
 
 
 def declared_objects(sql: str) -> set[tuple[str, str]]:
@@ -179,15 +187,10 @@ async def test_migrations_run_in_order_once(tmp_path: Path, monkeypatch: pytest.
     await fill(store)
     await store.close()
 
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", SCHEMA_VERSION + 2)
-    monkeypatch.setattr(
-        sqlite_store,
-        "MIGRATIONS",
-        [
-            *sqlite_store.MIGRATIONS,
-            (SCHEMA_VERSION + 1, "ALTER TABLE threads ADD COLUMN note TEXT"),
-            (SCHEMA_VERSION + 2, "CREATE TABLE extra (x INTEGER)"),
-        ],
+    add_migrations(
+        monkeypatch,
+        (SCHEMA_VERSION + 1, "ALTER TABLE threads ADD COLUMN note TEXT"),
+        (SCHEMA_VERSION + 2, "CREATE TABLE extra (x INTEGER)"),
     )
     upgraded = SQLiteStore(url(db))
     await upgraded.open()
@@ -211,15 +214,10 @@ async def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: 
     await store.close()
     before = shape(db)
 
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", SCHEMA_VERSION + 2)
-    monkeypatch.setattr(
-        sqlite_store,
-        "MIGRATIONS",
-        [
-            *sqlite_store.MIGRATIONS,
-            (SCHEMA_VERSION + 1, "ALTER TABLE threads ADD COLUMN note TEXT"),
-            (SCHEMA_VERSION + 2, "THIS IS NOT SQL"),
-        ],
+    add_migrations(
+        monkeypatch,
+        (SCHEMA_VERSION + 1, "ALTER TABLE threads ADD COLUMN note TEXT"),
+        (SCHEMA_VERSION + 2, "THIS IS NOT SQL"),
     )
     broken = SQLiteStore(url(db))
     with pytest.raises(StoreError):
@@ -235,7 +233,7 @@ async def test_a_database_the_migrations_cannot_reach_is_refused(
     store = SQLiteStore(url(db))
     await store.open()
     await store.close()
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", SCHEMA_VERSION + 1)  # but no migration to it
+    add_migrations(monkeypatch, (SCHEMA_VERSION + 2, "CREATE TABLE extra (x INTEGER)"))  # none to +1
     stale = SQLiteStore(url(db))
     with pytest.raises(SchemaError):
         await stale.open()
@@ -247,7 +245,7 @@ def snapshot_versions() -> list[int]:
 
 
 def test_the_current_schema_has_a_snapshot() -> None:
-    """Changing sqlite_schema.sql needs a new SCHEMA_VERSION, a migration and a snapshot
+    """Changing store/sqlite/schema.sql needs a numbered migration and a snapshot
     (see tests/migration/schemas/README.md)."""
     assert SCHEMA_VERSION in snapshot_versions(), f"no snapshot schemas/v{SCHEMA_VERSION}.sql"
 
@@ -275,7 +273,7 @@ async def test_every_snapshot_migrates_to_the_schema_of_a_new_database(tmp_path:
     await migrated.close()
     assert raw(old, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     assert shape(old) == shape(fresh), (
-        f"schemas/v{version}.sql migrated is not the current schema: did sqlite_schema.sql change "
+        f"schemas/v{version}.sql migrated is not the current schema: did store/sqlite/schema.sql change "
         "without a new SCHEMA_VERSION and migration?"
     )
 

@@ -25,7 +25,7 @@ from dormant.blobs import (
 from dormant.builtins import read_blob
 from dormant.errors import NotFound, UsageError
 from dormant.records import BlobRef
-from dormant.store.memory import MemoryStore
+from dormant.store.sqlite import SQLiteStore
 from dormant.tools import ToolContext, file_output, make_tool, result_output
 
 REF = re.compile(r"sha256:[0-9a-f]{64}")
@@ -52,15 +52,15 @@ class Recorder:
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[MemoryStore]:
-    s = MemoryStore()
+async def store() -> AsyncIterator[SQLiteStore]:
+    s = SQLiteStore("memory://")
     await s.open()
     await s.create_thread("t1", "a")
     yield s
     await s.close()
 
 
-def ctx(store: MemoryStore | None, **overrides: Any) -> ToolContext:
+def ctx(store: SQLiteStore | None, **overrides: Any) -> ToolContext:
     values: dict[str, Any] = {"thread_id": "t1", "call_id": "c1", "agent": "a", "blobs": store}
     values.update(overrides)
     return ToolContext(**values)
@@ -191,7 +191,7 @@ async def test_stash_stores_large_outputs_and_returns_an_excerpt(kind: str) -> N
         assert rec.largest_piece <= CHUNK_BYTES
 
 
-async def test_stash_into_a_store_and_read_back(store: MemoryStore) -> None:
+async def test_stash_into_a_store_and_read_back(store: SQLiteStore) -> None:
     data = bytes(range(256)) * 4096  # 1 MiB, not UTF-8 text
     text = await stash(store, "t1", data, 16 * 1024)
     (ref,) = REF.findall(text)
@@ -229,7 +229,7 @@ async def test_tools_may_return_bytes_and_streams(tmp_path: Path) -> None:
 # -- the read_blob tool ---------------------------------------------------------------
 
 
-async def test_read_blob_pages_through_a_blob(store: MemoryStore) -> None:
+async def test_read_blob_pages_through_a_blob(store: SQLiteStore) -> None:
     data = ("é" * 10_000 + "fin").encode()  # 20,003 bytes
     blob = await store.put_blob("t1", [data])
     first = await read_blob(blob.ref, ctx(store), 0, 5001)  # would end inside an é
@@ -242,7 +242,7 @@ async def test_read_blob_pages_through_a_blob(store: MemoryStore) -> None:
     assert past == "[nothing at offset 30000: the blob has 20003 bytes]"
 
 
-async def test_read_blob_answers_stay_under_the_blob_threshold(store: MemoryStore) -> None:
+async def test_read_blob_answers_stay_under_the_blob_threshold(store: SQLiteStore) -> None:
     binary = bytes(range(256)) * 400
     blob = await store.put_blob("t1", [binary])
     text = await read_blob(blob.ref, ctx(store, blob_threshold=4096), 0, 100_000)
@@ -253,7 +253,7 @@ async def test_read_blob_answers_stay_under_the_blob_threshold(store: MemoryStor
     assert len(big.encode()) <= 16 * 1024
 
 
-async def test_read_blob_errors_are_results(store: MemoryStore) -> None:
+async def test_read_blob_errors_are_results(store: SQLiteStore) -> None:
     await store.create_thread("t2", "a")
     theirs = await store.put_blob("t2", [b"secret"])
     assert (await read_blob(theirs.ref, ctx(store))).startswith("error: no blob")

@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dormant.agent import Agent
-from dormant.dispatcher import Dispatcher, backoff, truncate
+from dormant.dispatcher import Dispatcher
 from dormant.errors import ToolError
 from dormant.metrics import RuntimeStats
 from dormant.models.scripted import echo_model
 from dormant.records import Input, NewCall, OutboxEntry, OutboxOutcome, ViewLimits
-from dormant.store.memory import MemoryStore
+from dormant.retry import backoff
+from dormant.store.sqlite import SQLiteStore
+from dormant.text import truncate
 from dormant.tools import ToolContext, ToolSpec, tool
 from tests.helpers import FakeClock, eventually, open_calls
 
@@ -67,15 +69,15 @@ TOOLS: list[ToolSpec] = [ok, flaky, refused, buggy, slow_idempotent, slow_effect
 
 
 @pytest.fixture
-async def store(clock: FakeClock) -> AsyncIterator[MemoryStore]:
-    s = MemoryStore(clock=clock)
+async def store(clock: FakeClock) -> AsyncIterator[SQLiteStore]:
+    s = SQLiteStore("memory://", clock=clock)
     await s.open()
     yield s
     await s.close()
 
 
 @pytest.fixture
-def dispatcher(store: MemoryStore, clock: FakeClock) -> Dispatcher:
+def dispatcher(store: SQLiteStore, clock: FakeClock) -> Dispatcher:
     return Dispatcher(
         store,
         {"a": Agent(name="a", model=echo_model(), tools=TOOLS)},
@@ -178,7 +180,7 @@ async def test_large_results_are_truncated_to_the_input_limit(dispatcher: Dispat
     assert "output truncated" in outcome.content
 
 
-async def _pending_results(store: MemoryStore, thread_id: str) -> list[Input]:
+async def _pending_results(store: SQLiteStore, thread_id: str) -> list[Input]:
     claims = await store.claim_threads("reader", 10, 30.0)
     assert [c.thread_id for c in claims] == [thread_id]
     load = await store.load_slice(claims[0], ViewLimits())
@@ -187,7 +189,7 @@ async def _pending_results(store: MemoryStore, thread_id: str) -> list[Input]:
 
 
 async def test_retries_then_dead_letter_through_the_store(
-    store: MemoryStore, dispatcher: Dispatcher, clock: FakeClock
+    store: SQLiteStore, dispatcher: Dispatcher, clock: FakeClock
 ) -> None:
     await open_calls(store, "t1", [NewCall(call_id="c1", tool="flaky", arguments="{}")])
     attempts = 0
@@ -217,7 +219,7 @@ async def test_retries_then_dead_letter_through_the_store(
 
 
 async def test_run_loop_executes_due_calls_and_admits_their_results(
-    store: MemoryStore, dispatcher: Dispatcher
+    store: SQLiteStore, dispatcher: Dispatcher
 ) -> None:
     await open_calls(
         store, "t1", [NewCall(call_id=f"c{i}", tool="ok", arguments=f'{{"x": {i}}}') for i in range(6)]
@@ -239,7 +241,7 @@ async def test_run_loop_executes_due_calls_and_admits_their_results(
     assert sorted(r.content for r in results) == [f"ok {i}" for i in range(6)]
 
 
-async def test_a_lost_lease_does_not_record_twice(store: MemoryStore, dispatcher: Dispatcher) -> None:
+async def test_a_lost_lease_does_not_record_twice(store: SQLiteStore, dispatcher: Dispatcher) -> None:
     await open_calls(store, "t1", [NewCall(call_id="c1", tool="ok", arguments='{"x": 1}')])
     (claimed,) = await store.claim_outbox("w1", 10, 60.0)
     outcome = await dispatcher.execute(claimed)

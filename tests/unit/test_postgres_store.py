@@ -10,6 +10,7 @@ from psycopg_pool import PoolTimeout
 from dormant.config import Settings
 from dormant.errors import (
     DormantError,
+    InvalidInput,
     LeaseLost,
     NotFound,
     Overloaded,
@@ -21,8 +22,9 @@ from dormant.errors import (
 )
 from dormant.store import open_store, store_options
 from dormant.store.postgres import PostgresStore
-from dormant.store.postgres_embedded import with_schema
-from dormant.store.postgres_sql import translate
+from dormant.store.postgres.driver import translate
+from dormant.store.postgres.embedded import with_schema
+from dormant.store.postgres.heartbeat import DbClock
 
 
 @pytest.mark.parametrize("url", ["postgresql://u@h/db", "postgres://u:p@h:5433/db?sslmode=require"])
@@ -52,7 +54,11 @@ def test_store_options_per_backend() -> None:
     assert pg["pool_size"] == 5 and "synchronous" not in pg
     lite = store_options("sqlite:///x.db", settings)
     assert lite["synchronous"] == "FULL" and "pool_size" not in lite
-    assert store_options("memory://", settings) == {"max_input_bytes": settings.max_input_bytes}
+    assert store_options("memory://", settings) == {  # memory:// is SQLite in memory
+        "max_input_bytes": settings.max_input_bytes,
+        "view_cache_bytes": settings.view_cache_bytes,
+        "synchronous": "FULL",
+    }
 
 
 def test_with_schema_sets_the_search_path_and_keeps_other_options() -> None:
@@ -85,6 +91,13 @@ def _error(cls: type[psycopg.Error], state: str = "", message: str = "boom") -> 
         (_error(psycopg.OperationalError), StoreError),
         (_error(psycopg.errors.UniqueViolation, "23505"), StoreError),
         (PoolTimeout("no connection"), Overloaded),
+        (_error(psycopg.errors.UntranslatableCharacter, "22P05"), InvalidInput),  # \u0000 in jsonb
+        (_error(psycopg.errors.CharacterNotInRepertoire, "22021"), InvalidInput),
+        (
+            _error(psycopg.DataError, message="PostgreSQL text fields cannot contain NUL (0x00) bytes"),
+            InvalidInput,
+        ),
+        (_error(psycopg.DataError, "22003", "numeric value out of range"), StoreError),
     ],
 )
 def test_driver_errors_become_dormant_errors(exc: Exception, expected: type[DormantError]) -> None:
@@ -99,3 +112,31 @@ def test_dormant_errors_and_others_pass_through() -> None:
     assert translate(lost) is lost
     other = ValueError("y")
     assert translate(other) is other
+
+
+class _Rows:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    async def fetchone(self) -> tuple[float]:
+        return (self.value,)
+
+
+class _ServerClock:
+    """A connection whose server clock answers ``DB_NOW`` with the next of ``answers``."""
+
+    def __init__(self, answers: list[float]) -> None:
+        self.answers = answers
+
+    async def execute(self, query: str) -> _Rows:
+        return _Rows(self.answers.pop(0))
+
+
+async def test_the_database_clock_trusts_the_sample_with_the_shortest_round_trip() -> None:
+    local = iter([0.0, 1.0, 2.0, 2.01, 3.0, 5.0])  # round trips of 1 s, 10 ms, 2 s
+    clock = DbClock(local=lambda: next(local))
+    server = _ServerClock([100.0, 102.1, 500.0])
+    await clock.sync(server, samples=3)  # type: ignore[arg-type]
+    assert clock.offset == pytest.approx(102.1 - 2.005)
+    clock.local = lambda: 10.0
+    assert clock() == pytest.approx(10.0 + 102.1 - 2.005)

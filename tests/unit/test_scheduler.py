@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
+from dormant.errors import StoreLocked
 from dormant.records import Claim, CommitPlan, NewInput, SliceLoad, ViewLimits
 from dormant.scheduler import Scheduler
-from dormant.store.memory import MemoryStore
+from dormant.store.sqlite import SQLiteStore
 from tests.helpers import eventually
 
 
@@ -15,7 +17,7 @@ def user(thread_id: str, key: str = "k") -> NewInput:
     return NewInput(thread_id=thread_id, kind="user", dedup_key=key, content="x", agent="a")
 
 
-async def consume(store: MemoryStore, claim: Claim, load: SliceLoad | None = None) -> None:
+async def consume(store: SQLiteStore, claim: Claim, load: SliceLoad | None = None) -> None:
     """Commit a slice that consumes the loaded inputs and writes nothing else."""
     load = load or await store.load_slice(claim, ViewLimits())
     await store.commit_slice(
@@ -40,7 +42,7 @@ async def run_until(scheduler: Scheduler, done: asyncio.Event, timeout: float = 
 
 
 async def test_never_more_than_c_slices_and_one_per_thread() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user(f"t{i}") for i in range(20)])
     running: set[str] = set()
@@ -68,7 +70,7 @@ async def test_never_more_than_c_slices_and_one_per_thread() -> None:
 
 
 async def test_new_input_during_a_slice_runs_after_it() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user("t1", "k1")])
     order: list[str] = []
@@ -91,7 +93,7 @@ async def test_new_input_during_a_slice_runs_after_it() -> None:
 
 
 async def test_leases_of_long_slices_are_renewed() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user("t1")])
     done = asyncio.Event()
@@ -109,7 +111,7 @@ async def test_leases_of_long_slices_are_renewed() -> None:
 
 
 async def test_a_slice_whose_lease_is_lost_is_cancelled() -> None:
-    store = MemoryStore()
+    store = SQLiteStore("memory://")
     await store.open()
     await store.admit([user("t1")])
     started = asyncio.Event()
@@ -143,3 +145,86 @@ async def test_a_slice_whose_lease_is_lost_is_cancelled() -> None:
     finally:
         stop.set()
         await runner
+
+
+class LockedRenewals(SQLiteStore):
+    """A store whose lease renewals fail (locked by another process), and that hands
+    a thread out again once its lease expired, as every store does."""
+
+    async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
+        raise StoreLocked("database is locked")
+
+
+async def test_a_thread_whose_lease_lapsed_mid_slice_never_runs_twice_at_once() -> None:
+    """Issue 12.2: renewals fail, the lease expires, the same scheduler claims the thread
+    again; the new slice starts only once the old one ended, and the old one's end does
+    not drop the new one from the running set."""
+    store = LockedRenewals("memory://")
+    await store.open()
+    await store.admit([user("t1")])
+    running = 0
+    peak = 0
+    slices: list[str] = []
+    done = asyncio.Event()
+
+    async def run_slice(claim: Claim) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        slices.append(claim.token)
+        try:
+            if len(slices) == 1:
+                # the first slice does not stop at once when cancelled (a model call
+                # winding down): its lease lapses and the thread is claimed again meanwhile,
+                # several times over (each newer claim's lease lapses while it waits too)
+                try:
+                    await asyncio.sleep(10)
+                except asyncio.CancelledError:
+                    await asyncio.sleep(0.8)
+                    raise
+            else:
+                assert scheduler.active >= 1, "the running slice is still counted"
+                await consume(store, claim)
+                done.set()
+        finally:
+            running -= 1
+
+    scheduler = Scheduler(store, run_slice, worker="w", concurrency=4, lease_s=0.15, poll_s=0.01)
+    await run_until(scheduler, done)
+    assert peak == 1, "two slices of one thread ran at once"
+    assert len(slices) >= 2 and len(set(slices)) == len(slices)
+    assert scheduler.active == 0
+
+
+async def test_a_slice_whose_lease_ran_out_unrenewed_is_cancelled() -> None:
+    """Issue 12.2: renewals keep failing and nobody claims the thread again; the slice
+    is cancelled once its lease has run out (its commit would be refused anyway)."""
+
+    class NoReclaim(LockedRenewals):
+        claimed = False
+
+        async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
+            if self.claimed:
+                return []
+            claims = await super().claim_threads(worker, limit, lease_s)
+            self.claimed = bool(claims)
+            return claims
+
+    store = NoReclaim("memory://")
+    await store.open()
+    await store.admit([user("t1")])
+    cancelled = asyncio.Event()
+    lease_s = 0.2
+
+    async def run_slice(claim: Claim) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    scheduler = Scheduler(store, run_slice, worker="w", concurrency=1, lease_s=lease_s, poll_s=0.01)
+    started = time.monotonic()
+    await run_until(scheduler, cancelled, timeout=5)
+    assert time.monotonic() - started >= lease_s * 0.9, "not before the lease ran out"
+    assert scheduler.active == 0

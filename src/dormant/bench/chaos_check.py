@@ -32,6 +32,7 @@ import msgspec
 
 from ..inbox import UNKNOWN_OUTCOME
 from ..records import ToolCall
+from ..store.core import USER_KEY_PREFIX
 from .chaos_worker import expected_messages, has_follow_up, spawns, thread_ids
 
 MAX_PROBLEMS = 50
@@ -160,7 +161,8 @@ def _check_inputs(
     pending: list[Any],
     work: Path,
 ) -> None:
-    stored = {(tid, key): input_id for tid, key, input_id in keys}
+    # keys as admitted: the store keeps user keys in their own namespace
+    stored = {(tid, key.removeprefix(USER_KEY_PREFIX)): input_id for tid, key, input_id in keys}
     recorded: Counter[tuple[str, int]] = Counter(
         (tid, m.input_id) for tid, msgs in history.items() for m in msgs if m.input_id is not None
     )

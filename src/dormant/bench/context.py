@@ -131,9 +131,9 @@ class Meter:
         self._mark()
 
     def _counters(self) -> tuple[int, int, int]:
-        store: Any = self.rt.store
-        read = getattr(store, "view_read_bytes", 0) + getattr(store, "blob_read_bytes", 0)
-        return read, getattr(store, "view_read_tokens", 0), getattr(store, "view_reads", 0)
+        store = self.rt.store
+        reads = store.view_reads
+        return reads.bytes + store.blob_read_bytes, reads.tokens, reads.reads
 
     def _mark(self) -> None:
         self._start = self._counters()

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..store.postgres_embedded import EmbeddedPostgres, with_schema
+from ..store.postgres.embedded import EmbeddedPostgres, with_schema
 
 ENV = ("DORMANT_BENCH_PG_DSN", "DORMANT_TEST_PG_DSN")
 

@@ -32,6 +32,7 @@ from ..config import Settings
 from ..models.scripted import ScriptedModel, tool_round_trip
 from ..records import NewInput
 from ..runtime import Runtime
+from ..store.base import Store
 from ..tools import tool
 
 ASSISTANT_TEXT = (
@@ -179,6 +180,17 @@ def disk_bytes(workdir: Path) -> int:
     return sum(p.stat().st_size for p in workdir.glob("scale.db*") if p.is_file())
 
 
+async def stored_bytes(store: Store, workdir: Path) -> int:
+    """Bytes the run's data takes: the SQLite file and its WAL in ``workdir``, or, for a
+    database that is not one local file (PostgreSQL), the sizes of its tables, indexes
+    and TOAST as the store reports them (``pg_total_relation_size``), read before the
+    benchmark's schema is dropped."""
+    if store.path is not None:
+        return disk_bytes(workdir)
+    status = await store.status()
+    return status.db_bytes + status.wal_bytes
+
+
 async def run_scale(
     kind: str,
     *,
@@ -232,14 +244,14 @@ async def run_scale(
                     agents=first + len(ids),
                     rss_bytes=rss_bytes(),
                     elapsed_s=round(time.perf_counter() - started, 3),
-                    db_bytes=disk_bytes(workdir),
+                    db_bytes=await stored_bytes(rt.store, workdir),
                 )
             )
         elapsed = time.perf_counter() - started
         stats = rt.stats
-        commits = int(getattr(rt.store, "commits", 0))
+        commits = rt.store.commits
         limits = next(iter(rt.limits.values()))
-    db = disk_bytes(workdir)
+        db = await stored_bytes(rt.store, workdir)
     lat = stats.slice_latency
     result = ScaleResult(
         store=kind,

@@ -65,7 +65,7 @@ async def worker(args: dict[str, Any]) -> None:
         stats = {
             "completions": rt.stats.completions,
             "slices": rt.stats.slices,
-            "commits": int(getattr(rt.store, "commits", 0)),
+            "commits": rt.store.commits,
             "p50_ms": round(lat.percentile(50) * 1000, 3),
             "p95_ms": round(lat.percentile(95) * 1000, 3),
             "p99_ms": round(lat.percentile(99) * 1000, 3),

@@ -1,4 +1,10 @@
-"""Durable stores behind one protocol; :func:`open_store` picks one by URL."""
+"""Durable stores behind one protocol; :func:`open_store` picks one by URL.
+
+Every store is the :class:`~dormant.store.core.StoreCore` (the domain rules, once)
+over a backend that only moves rows (:mod:`dormant.store.backend`): SQLite for
+``sqlite:///path`` and ``memory://`` (an in-memory SQLite database), PostgreSQL for
+``postgresql://``.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +12,26 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .base import MAX_PAGE, Store
-from .memory import MemoryStore
+from .core import StoreCore
 
 if TYPE_CHECKING:
     from ..config import Settings
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+SQLITE_SCHEMES = ("sqlite://", "memory://")
 
 
-def open_store(url: str, **options: Any) -> Store:
+def open_store(url: str, **options: Any) -> StoreCore:
     """A store for ``url``: ``sqlite:///path/file.db``, ``postgresql://...`` or ``memory://``.
 
-    The store is not opened yet: ``await store.open()`` (the runtime does it).
-    Raises :class:`UsageError` for an unknown scheme.
+    ``options`` are those :func:`store_options` builds (or a subset). The store is
+    not opened yet: ``await store.open()`` (the runtime does it). Raises
+    :class:`UsageError` for an unknown scheme.
     """
-    if url.startswith("sqlite://"):
+    if url.startswith(SQLITE_SCHEMES):
         from .sqlite import SQLiteStore
 
         return SQLiteStore(url, **options)
-    if url.startswith("memory://"):
-        return MemoryStore(url, **options)
     if url.startswith(POSTGRES_SCHEMES):
         from .postgres import PostgresStore
 
@@ -38,16 +44,18 @@ def open_store(url: str, **options: Any) -> Store:
 def store_options(url: str, settings: Settings) -> dict[str, Any]:
     """The options of :func:`open_store` for ``url`` that come from ``settings``.
 
-    Each backend takes its own knobs; this is the one place that knows which.
+    Each backend takes its own knobs; this is the one place that knows which, so
+    every caller (the runtime, the CLI) builds a store the same way.
     """
-    options: dict[str, Any] = {"max_input_bytes": settings.max_input_bytes}
-    if url.startswith("sqlite://"):
+    options: dict[str, Any] = {
+        "max_input_bytes": settings.max_input_bytes,
+        "view_cache_bytes": settings.view_cache_bytes,
+    }
+    if url.startswith(SQLITE_SCHEMES):
         options["synchronous"] = settings.synchronous
-        options["view_cache_bytes"] = settings.view_cache_bytes
     elif url.startswith(POSTGRES_SCHEMES):
-        options["view_cache_bytes"] = settings.view_cache_bytes
         options["pool_size"] = settings.pg_pool_size
     return options
 
 
-__all__ = ["MAX_PAGE", "MemoryStore", "Store", "open_store", "store_options"]
+__all__ = ["MAX_PAGE", "Store", "StoreCore", "open_store", "store_options"]

@@ -1,16 +1,17 @@
-"""The store protocol: the domain operations every backend implements.
+"""The store protocol: the domain operations the rest of dormant calls.
 
 Every method is a domain operation (admit, claim, load, commit, ...), never
-generic CRUD; each backend owns its SQL. The contract suite in
-``tests/contract`` runs against every implementation. All methods raise
+generic CRUD. :class:`~dormant.store.core.StoreCore` implements it once, over a
+:class:`~dormant.store.backend.Backend` per database that owns its SQL. The
+contract suite in ``tests/contract`` runs against every backend. All methods raise
 :class:`~dormant.errors.StoreError` (or a subclass) when the store fails, and
 nothing is acknowledged before it is durable.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..records import (
     Admission,
@@ -28,6 +29,11 @@ from ..records import (
     ViewLimits,
 )
 
+if TYPE_CHECKING:
+    from ..cache import ViewCache
+    from ..doctor import Report
+    from .views import ViewReads
+
 #: Largest page any paged read returns, whatever the caller asks for.
 MAX_PAGE = 1000
 
@@ -36,8 +42,42 @@ class Store(Protocol):
     """A durable home for threads, inputs, messages, blobs and the outbox."""
 
     url: str
+    #: the view cache (one per store, handed in or created from its byte budget): the
+    #: memory governor reads its size and shrinks it
+    views: ViewCache
+    #: what building views read from the database (benchmarks; a cache hit reads nothing)
+    view_reads: ViewReads
     #: bytes :meth:`read_blob` returned so far (for benchmarks)
     blob_read_bytes: int
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed so far (benchmarks); 0 when the backend does not count."""
+        ...
+
+    @property
+    def path(self) -> str | None:
+        """The database file when the database is one local file, else None."""
+        ...
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the data outlives this process (False for ``memory://``)."""
+        ...
+
+    def subscribe(self, callback: Callable[[str], None]) -> bool:
+        """Ask for wake-up hints (``"threads"``/``"outbox"``) when other processes add
+        work. Returns False when the store sends none (callers then only poll)."""
+        ...
+
+    async def exists(self) -> bool:
+        """Whether the database already exists (opening would not create it)."""
+        ...
+
+    def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
+        """``dormant doctor``: examine the database without opening the store; UsageError
+        for a store doctor cannot examine."""
+        ...
 
     async def open(self) -> None:
         """Create or migrate the schema; refuse a newer schema with SchemaError."""
@@ -186,6 +226,11 @@ class Store(Protocol):
         Visibility as :meth:`get_blob` (NotFound otherwise). ``length`` is capped at
         1 MiB; a negative offset or length raises UsageError.
         """
+        ...
+
+    async def sweep_blobs(self) -> int:
+        """Remove what blob writes that never finished left behind more than
+        :data:`~dormant.blobs.TMP_TTL_S` ago; returns how many chunks went."""
         ...
 
 

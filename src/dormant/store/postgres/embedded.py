@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from ..errors import StoreError, UsageError
+from ...errors import StoreError, UsageError
 
 #: Settings of a server that need not survive a crash (tests): much faster commits.
 NOT_DURABLE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -63,10 +63,12 @@ class EmbeddedPostgres:
     def _configure(self, settings: dict[str, str]) -> None:
         import psycopg
 
+        from . import sql
+
         with psycopg.connect(self.url, autocommit=True) as conn:
             for name, value in settings.items():
-                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
-            conn.execute("SELECT pg_reload_conf()")
+                conn.execute(sql.ALTER_SYSTEM.format(name=name, value=value).encode())
+            conn.execute(sql.RELOAD_CONF)
 
     def stop(self) -> None:
         """Stop the server and delete its directory (also done at interpreter exit)."""

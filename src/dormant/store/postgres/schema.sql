@@ -1,10 +1,11 @@
--- dormant PostgreSQL schema. This file is the truth for a new database; MIGRATIONS in
--- postgres.py bring older databases to the same shape. Times are Unix seconds
--- (double precision), taken from the workers' clocks like the SQLite backend.
+-- dormant PostgreSQL schema. This file is the truth for a new database; migrations/
+-- NNNN_*.sql bring older databases to the same shape. Times are Unix seconds (double
+-- precision) of the database server's clock as each worker estimates it (backend.DbClock),
+-- so clock skew between hosts moves no lease; heartbeats use now() itself.
 --
 -- The hot write paths are functions (dormant_*): one statement per domain operation,
 -- so a slice commit is one round trip however many rows it writes. They raise with
--- SQLSTATEs of class DM, which postgres_sql.translate() maps to dormant errors:
+-- SQLSTATEs of class DM, which driver.translate() maps to dormant errors:
 --   DM001 lease lost   DM002 not found   DM003 the plan does not fit the stored state
 
 CREATE TABLE schema_version (
@@ -148,6 +149,17 @@ CREATE TABLE outbox (
 ) WITH (autovacuum_vacuum_scale_factor = 0.02);
 CREATE INDEX outbox_pending ON outbox (available_at) WHERE status = 'pending';
 CREATE INDEX outbox_running ON outbox (lease_expires) WHERE status = 'running';
+
+-- Worker processes and their heartbeats, by the database clock (now()): the leases of a
+-- worker whose heartbeat is older than a few seconds are free at once (it died), without
+-- waiting for them to expire. Rows of workers gone for an hour are removed.
+CREATE TABLE workers (
+    id           text COLLATE "C" PRIMARY KEY,
+    host         text NOT NULL,
+    pid          integer NOT NULL,
+    started_at   timestamptz NOT NULL,
+    heartbeat_at timestamptz NOT NULL
+);
 
 -- Admit one input. A known (thread, key) changes nothing and answers the first input's
 -- id with r_duplicate = true. The sort key is computed by the caller (dormant.inbox).
@@ -362,19 +374,24 @@ BEGIN
 END
 $$;
 
--- Reconcile running entries whose lease expired (idempotent: pending again; others:
--- 'unknown' with p_unknown admitted as their error result), then lease due entries.
--- Locks are skipped, not waited for: another worker may be doing the same.
+-- Reconcile running entries whose lease expired or whose worker stopped heartbeating
+-- more than p_dead seconds ago by the database clock (idempotent: pending again;
+-- others: 'unknown' with p_unknown admitted as their error result), then lease due
+-- entries. Locks are skipped, not waited for: another worker may be doing the same.
 CREATE FUNCTION dormant_claim_outbox(
     p_worker text, p_limit integer, p_token text, p_now double precision,
-    p_expires double precision, p_result_key double precision, p_unknown text
+    p_expires double precision, p_result_key double precision, p_unknown text,
+    p_dead double precision
 ) RETURNS SETOF outbox LANGUAGE plpgsql AS $$
 DECLARE
     r record;
 BEGIN
     FOR r IN
         SELECT o.id, o.thread_id, o.call_id, o.tool, o.idempotent FROM outbox o
-        WHERE o.status = 'running' AND o.lease_expires <= p_now
+        WHERE o.status = 'running'
+          AND (o.lease_expires <= p_now
+               OR o.lease_owner IN (SELECT w.id FROM workers w
+                                    WHERE w.heartbeat_at < now() - make_interval(secs => p_dead)))
         ORDER BY o.lease_expires LIMIT 256
         FOR NO KEY UPDATE SKIP LOCKED
     LOOP

@@ -1,5 +1,5 @@
--- dormant SQLite schema. This file is the truth for a new database; migrations in
--- sqlite.py bring older databases to the same shape. Times are Unix seconds (REAL).
+-- dormant SQLite schema. This file is the truth for a new database; the numbered files in
+-- migrations/ bring older databases to the same shape. Times are Unix seconds (REAL).
 
 CREATE TABLE schema_version (
     version INTEGER NOT NULL

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 import apsw
 import msgspec
 
-from .sqlite_sql import SCHEMA_VERSION, path_from_url
+from . import sql
+from .connect import SCHEMA, path_from_url
 
 T = TypeVar("T")
 
@@ -34,7 +35,7 @@ class SQLiteFacts(msgspec.Struct, kw_only=True):
     integrity: list[str] = msgspec.field(default_factory=list)
     foreign_key_errors: int = 0
     schema_version: int | None = None
-    expected_version: int = SCHEMA_VERSION
+    expected_version: int = SCHEMA.version
     db_bytes: int = 0
     wal_bytes: int = 0
     page_size: int = 0
@@ -72,7 +73,7 @@ def _connect(path: str) -> apsw.Connection:
     """A read-only connection; read-write (never written) if WAL needs its -shm file created."""
     try:
         conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        conn.execute(sql.DOCTOR_PROBE).fetchall()
     except apsw.CantOpenError:
         conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
     conn.setbusytimeout(2000)
@@ -125,61 +126,46 @@ def _read(conn: Any, facts: SQLiteFacts, *, quick: bool, now: float, overdue: fl
         return row[0] if row else None
 
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {r[0] for r in conn.execute(sql.DOCTOR_TABLES)}
     except apsw.Error as exc:
         facts.open_error = f"{type(exc).__name__}: {exc}"
         return
     check = "quick_check" if quick else "integrity_check"
     try:
-        lines = [str(r[0]) for r in conn.execute(f"PRAGMA {check}(20)")]
+        lines = [str(r[0]) for r in conn.execute(sql.DOCTOR_CHECK.format(check))]
     except apsw.Error as exc:  # so damaged that the check itself gives up
         lines = [f"{check} stopped: {type(exc).__name__}: {exc}"]
     if lines != ["ok"]:
         facts.integrity = [part for line in lines for part in line.split("\n")][:20]
     facts.foreign_key_errors = guard(
-        "foreign keys", lambda: len(conn.execute("PRAGMA foreign_key_check").fetchall()), 0
+        "foreign keys", lambda: len(conn.execute(sql.DOCTOR_FOREIGN_KEYS).fetchall()), 0
     )
-    facts.page_size = guard("page size", lambda: int(one("PRAGMA page_size")), 0)
-    facts.page_count = guard("page count", lambda: int(one("PRAGMA page_count")), 0)
-    facts.freelist_pages = guard("freelist", lambda: int(one("PRAGMA freelist_count")), 0)
+    facts.page_size = guard("page size", lambda: int(one(sql.DOCTOR_PAGE_SIZE)), 0)
+    facts.page_count = guard("page count", lambda: int(one(sql.DOCTOR_PAGE_COUNT)), 0)
+    facts.freelist_pages = guard("freelist", lambda: int(one(sql.DOCTOR_FREELIST)), 0)
     if "schema_version" not in tables:
         facts.read_errors.append("no schema_version table: not a dormant database (or an unfinished one)")
         return
-    facts.schema_version = guard(
-        "schema version", lambda: one("SELECT max(version) FROM schema_version"), None
-    )
+    facts.schema_version = guard("schema version", lambda: one(sql.DOCTOR_VERSION), None)
     if not {"threads", "inputs", "input_keys", "outbox"} <= tables:
         facts.read_errors.append(f"tables missing: found only {sorted(tables)}")
         return
 
-    facts.threads = guard("threads", lambda: int(one("SELECT COUNT(*) FROM threads")), 0)
-    facts.failed_threads = guard(
-        "failed threads", lambda: int(one("SELECT COUNT(*) FROM threads WHERE status = 'failed'")), 0
-    )
+    facts.threads = guard("threads", lambda: int(one(sql.DOCTOR_THREADS)), 0)
+    facts.failed_threads = guard("failed threads", lambda: int(one(sql.DOCTOR_FAILED)), 0)
     facts.failed_sample = guard(
         "failed threads",
         lambda: [
             (str(r[0]), int(r[1]), str(r[2] or "no reason recorded"))
-            for r in conn.execute(
-                "SELECT id, failures, error FROM threads WHERE status = 'failed' "
-                "ORDER BY updated_at DESC LIMIT ?",
-                (sample,),
-            )
+            for r in conn.execute(sql.DOCTOR_FAILED_SAMPLE, (sample,))
         ],
         [],
     )
-    expired = "lease_token IS NOT NULL AND lease_expires <= ?"
-    facts.expired_leases = guard(
-        "leases", lambda: int(one(f"SELECT COUNT(*) FROM threads WHERE {expired}", (now,))), 0
-    )
+    facts.expired_leases = guard("leases", lambda: int(one(sql.DOCTOR_EXPIRED, (now,))), 0)
     facts.expired_sample = guard(
         "leases",
         lambda: [
-            (str(r[0]), str(r[1] or "?"))
-            for r in conn.execute(
-                f"SELECT id, lease_owner FROM threads WHERE {expired} ORDER BY lease_expires LIMIT ?",
-                (now, sample),
-            )
+            (str(r[0]), str(r[1] or "?")) for r in conn.execute(sql.DOCTOR_EXPIRED_SAMPLE, (now, sample))
         ],
         [],
     )
@@ -187,70 +173,40 @@ def _read(conn: Any, facts: SQLiteFacts, *, quick: bool, now: float, overdue: fl
     # priority aging): older than `overdue` and not leased means no worker took it
     facts.overdue_threads = guard(
         "ready threads",
-        lambda: int(
-            one(
-                "SELECT COUNT(*) FROM threads WHERE ready_key IS NOT NULL AND ready_key <= ? "
-                "AND lease_expires <= ?",
-                (overdue, now),
-            )
-        ),
+        lambda: int(one(sql.DOCTOR_OVERDUE_THREADS, (overdue, now))),
         0,
     )
     facts.outbox_by_status = guard(
         "outbox",
-        lambda: {
-            str(s): int(n) for s, n in conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status")
-        },
+        lambda: {str(s): int(n) for s, n in conn.execute(sql.OUTBOX_BY_STATUS)},
         {},
     )
     facts.expired_calls = guard(
         "outbox leases",
-        lambda: int(
-            one("SELECT COUNT(*) FROM outbox WHERE status = 'running' AND lease_expires <= ?", (now,))
-        ),
+        lambda: int(one(sql.DOCTOR_EXPIRED_CALLS, (now,))),
         0,
     )
     facts.overdue_calls = guard(
         "overdue calls",
-        lambda: int(
-            one("SELECT COUNT(*) FROM outbox WHERE status = 'pending' AND available_at <= ?", (overdue,))
-        ),
+        lambda: int(one(sql.DOCTOR_OVERDUE_CALLS, (overdue,))),
         0,
     )
     # a dead-lettered or unknown call must have had its (error) result admitted to its
     # thread in the same transaction: its dedup key (the call id) is then known
-    undelivered = (
-        "FROM outbox o WHERE o.status IN ('dead', 'unknown') AND NOT EXISTS "
-        "(SELECT 1 FROM input_keys k WHERE k.thread_id = o.thread_id AND k.dedup_key = o.call_id)"
-    )
-    facts.undelivered = guard("undelivered", lambda: int(one(f"SELECT COUNT(*) {undelivered}")), 0)
+    facts.undelivered = guard("undelivered", lambda: int(one(sql.DOCTOR_UNDELIVERED)), 0)
     facts.undelivered_sample = guard(
         "undelivered",
         lambda: [
-            (str(r[0]), str(r[1]), str(r[2]))
-            for r in conn.execute(
-                f"SELECT o.thread_id, o.call_id, o.status {undelivered} ORDER BY o.id LIMIT ?", (sample,)
-            )
+            (str(r[0]), str(r[1]), str(r[2])) for r in conn.execute(sql.DOCTOR_UNDELIVERED_SAMPLE, (sample,))
         ],
         [],
     )
     # a thread waits for `awaiting` results: each is an open call or an admitted result
-    stalled = """
-        FROM (
-            SELECT t.id, t.awaiting,
-                (SELECT COUNT(*) FROM outbox o
-                 WHERE o.thread_id = t.id AND o.status IN ('pending', 'running'))
-              + (SELECT COUNT(*) FROM inputs i
-                 WHERE i.thread_id = t.id AND i.kind = 'tool_result') AS n
-            FROM threads t WHERE t.awaiting > 0)
-        WHERE awaiting > n
-    """
-    facts.stalled_threads = guard("waiting threads", lambda: int(one(f"SELECT COUNT(*) {stalled}")), 0)
+    facts.stalled_threads = guard("waiting threads", lambda: int(one(sql.DOCTOR_STALLED)), 0)
     facts.stalled_sample = guard(
         "waiting threads",
         lambda: [
-            (str(r[0]), int(r[1]), int(r[2]))
-            for r in conn.execute(f"SELECT id, awaiting, n {stalled} ORDER BY id LIMIT ?", (sample,))
+            (str(r[0]), int(r[1]), int(r[2])) for r in conn.execute(sql.DOCTOR_STALLED_SAMPLE, (sample,))
         ],
         [],
     )

@@ -23,8 +23,9 @@ from typing import Any
 
 import apsw
 
-from .batching import BatchQueue, Result
-from .sqlite_sql import translate
+from ..batching import BatchQueue, Result
+from . import sql
+from .connect import translate
 
 # apsw.Connection; typed Any because rows are untyped tuples until converted
 Conn = Any
@@ -73,7 +74,7 @@ class GroupWriter:
         """Run ``jobs`` in one transaction: all back to back, or carefully if one fails."""
         conn = self.conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(sql.BEGIN_IMMEDIATE)
         except apsw.Error as exc:
             return [(False, translate(exc))] * len(jobs)
         try:
@@ -82,7 +83,7 @@ class GroupWriter:
             self._rollback()
             return self._apply_careful(jobs)
         try:
-            conn.execute("COMMIT")
+            conn.execute(sql.COMMIT)
         except apsw.Error as exc:
             self._rollback()
             return [(False, translate(exc))] * len(jobs)
@@ -93,24 +94,24 @@ class GroupWriter:
         """Run ``jobs`` in one transaction, one savepoint each."""
         conn = self.conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(sql.BEGIN_IMMEDIATE)
         except apsw.Error as exc:
             return [(False, translate(exc))] * len(jobs)
         results: list[Result] = []
         for job in jobs:
             try:
-                conn.execute("SAVEPOINT job")
+                conn.execute(sql.SAVEPOINT)
                 value = job(conn)
-                conn.execute("RELEASE job")
+                conn.execute(sql.RELEASE_SAVEPOINT)
                 results.append((True, value))
             except BaseException as exc:
                 if not conn.in_transaction:  # SQLite rolled it all back (e.g. disk full)
                     return [(False, translate(exc))] * len(jobs)
-                conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
+                conn.execute(sql.ROLLBACK_TO_SAVEPOINT)
+                conn.execute(sql.RELEASE_SAVEPOINT)
                 results.append((False, translate(exc)))
         try:
-            conn.execute("COMMIT")
+            conn.execute(sql.COMMIT)
         except apsw.Error as exc:
             self._rollback()
             return [(False, translate(exc))] * len(jobs)
@@ -119,4 +120,4 @@ class GroupWriter:
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+            self.conn.execute(sql.ROLLBACK)

@@ -1,0 +1,317 @@
+"""The backend protocol: the row operations a database supplies to the store core.
+
+:class:`~dormant.store.core.StoreCore` implements the public
+:class:`~dormant.store.base.Store` protocol once and owns every domain rule:
+input validation and size limits, paging (page size, cursors, ``next_cursor``),
+which summary a view starts from, plan checks, the view cache, the input byte cut
+of a slice, claim tokens. A backend only moves rows: one method per domain
+operation, each in ONE transaction of its own (unless said otherwise), answering
+only once that transaction is durable. A backend never re-implements a rule of the
+core, and the core never branches on which backend it drives.
+
+Errors: every method raises :class:`~dormant.errors.StoreError` (or a subclass:
+``StoreFull``, ``StoreLocked``, ``SchemaError``) when the database fails, translated
+from the driver's own exceptions; a failed write changes nothing. ``NotFound`` and
+``LeaseLost`` are raised where documented below; a backend never turns a storage
+error into success.
+
+Times: a backend reads the clock it was given (``clock``) itself, at the moment
+its transaction runs (a group-committing writer may run a job later than it was
+queued); values the core decides (tokens, lease lengths) are passed in.
+
+Optional abilities have a place here too, with the fallback a backend inherits
+from :class:`BackendDefaults` (so no caller probes with ``getattr``):
+:meth:`Backend.subscribe` (wake-up hints; fallback: none, callers poll),
+:meth:`Backend.exists` (fallback: True), :attr:`Backend.commits` (fallback: 0),
+:attr:`Backend.path` (fallback: None), :attr:`Backend.persistent` (fallback: True),
+:meth:`Backend.diagnose` (fallback: UsageError, no doctor for this backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import UsageError
+from ..records import (
+    Admission,
+    BlobRef,
+    Claim,
+    CommitPlan,
+    Input,
+    Message,
+    NewInput,
+    OutboxEntry,
+    OutboxOutcome,
+    StoreStatus,
+    Summary,
+    Thread,
+)
+
+if TYPE_CHECKING:
+    from ..doctor import Report
+
+
+class SliceReader(Protocol):
+    """The reads of one slice load, on one connection (one consistent view of
+    committed state while the claim's lease is held).
+
+    The core's view driver (:func:`dormant.store.views.load_view`) asks for what
+    :func:`~dormant.context.build_view` needs; nothing here applies a rule.
+    """
+
+    async def slice_rows(
+        self, claim: Claim, max_inputs: int, max_bytes: int
+    ) -> tuple[Thread, list[Input]] | None:
+        """The claimed thread's row and its ready inputs, admission order, at most
+        ``max_inputs`` of them (ready: ``not_before <= now`` and, while the thread awaits
+        results, only ``tool_result`` inputs). None if the thread does not exist.
+
+        The fetch is bounded by bytes too: it reads no input past the first whose text
+        brings the total over ``max_bytes`` (the first input is always read), so a slice
+        never pulls ``max_inputs`` huge inputs to keep one. The core still cuts by bytes.
+
+        A backend may load the rows of a whole claim batch at once (SQLite does) as
+        long as what it answers is true for the claim's lease, and bounded in bytes.
+        """
+        ...
+
+    async def newest_messages(self, thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
+        """At most ``limit`` messages of ``thread_id`` with ``min_seq < seq <= max_seq``,
+        newest first."""
+        ...
+
+    async def parent_link(self, thread_id: str) -> tuple[str, int] | None:
+        """``(parent_id, parent_seq)`` of a thread, None for a root (or a missing thread)."""
+        ...
+
+    async def summary_at(self, thread_id: str, upto_seq: int) -> Summary | None:
+        """The thread's summary that covers up to ``upto_seq``, None if none."""
+        ...
+
+    async def summary_inherited(self, thread_id: str, parent_seq: int) -> Summary | None:
+        """The newest summary of ``thread_id`` made at or before its message
+        ``parent_seq`` (what a child spawned there inherits), None if none."""
+        ...
+
+
+class Backend(Protocol):
+    """Row operations and transaction/claim primitives of one database."""
+
+    url: str
+    #: the clock the backend stamps rows with (seconds since the epoch)
+    clock: Callable[[], float]
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, create or migrate the schema (through :mod:`dormant.store.migrations`),
+        start writers. SchemaError for a newer schema or a damaged database. Idempotent."""
+        ...
+
+    async def close(self) -> None:
+        """Let queued writes finish and release connections. Idempotent."""
+        ...
+
+    def reader(self) -> AbstractAsyncContextManager[SliceReader]:
+        """A :class:`SliceReader` for one slice load (a pooled connection, say)."""
+        ...
+
+    # -- threads ---------------------------------------------------------------------
+
+    async def create_thread(self, thread_id: str, agent: str) -> Thread:
+        """Insert the thread row unless it exists; the stored row either way."""
+        ...
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread's row, None if missing (API read connection)."""
+        ...
+
+    async def retry_thread(self, thread_id: str) -> Thread | None:
+        """Status ``active``, failures 0, error cleared, readiness recomputed, claimable now
+        (``lease_expires`` 0) unless a live lease is held: a running slice keeps its lease
+        (no second slice of the thread). The new row, None if missing."""
+        ...
+
+    # -- admission and slices --------------------------------------------------------
+
+    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
+        """Insert inputs (already validated by the core) in one transaction, in order.
+
+        A known ``(thread_id, dedup_key)`` inserts nothing and answers the stored input
+        with ``duplicate=True``. A missing thread is created when ``item.agent`` is set,
+        else NotFound (and nothing of the batch stays). Each new input makes its thread
+        ready (sort key :func:`dormant.inbox.sort_key`) when consumable.
+        """
+        ...
+
+    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
+        """Lease up to ``limit`` (>= 1) ready threads whose lease expired, best ready key
+        first, all with ``token``, until now + ``lease_s``."""
+        ...
+
+    async def apply_plan(self, plan: CommitPlan) -> None:
+        """Apply a checked plan in one transaction: delete the consumed inputs, advance
+        the thread (last_seq, awaiting, tokens, summary columns, readiness; failures and
+        lease cleared), insert the summary, messages, outbox calls, child threads and
+        admissions (as :meth:`admit`).
+
+        Changes nothing and raises LeaseLost when ``plan.token`` no longer holds the lease,
+        NotFound when the thread is gone, StoreError when the plan does not fit the stored
+        state (messages not continuing ``last_seq``, a summary not moving forward over
+        stored messages, a consumed input that is not pending).
+        """
+        ...
+
+    async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
+        """Clear the lease if ``claim`` still holds it: claimable again at ``retry_at``;
+        with ``error`` failures + 1 and the error kept; with ``fail`` status ``failed``
+        (and not ready)."""
+        ...
+
+    async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
+        """Extend to now + ``lease_s`` the leases still held; the renewed claims."""
+        ...
+
+    # -- outbox ----------------------------------------------------------------------
+
+    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+        """Reconcile expired running entries (idempotent: pending again; others:
+        ``unknown`` with :func:`dormant.store.core.result_input` of
+        :data:`dormant.inbox.UNKNOWN_OUTCOME` admitted), then, if ``limit`` > 0, lease
+        up to ``limit`` due pending entries (attempts + 1) with ``token``; by id."""
+        ...
+
+    async def complete_call(self, item: NewInput) -> Admission:
+        """Answer an open call with ``item`` (a validated ``tool_result``, dedup key =
+        call id): a duplicate if the key is known, else the call leaves the outbox and
+        ``item`` (with the call's tool name) is admitted, one transaction. NotFound if the
+        call is not open."""
+        ...
+
+    async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
+        """Record outcomes (``retry``: pending again at retry_at; ``done``: the entry goes;
+        ``dead``: kept dead-lettered) when their lease is held; done/dead admit the result
+        (:func:`dormant.store.core.result_input`). Answers, per outcome, if its lease held."""
+        ...
+
+    # -- reads (API read connection; the core pages) ---------------------------------
+
+    async def history_rows(
+        self, thread_id: str, after: int, limit: int, newest_first: bool
+    ) -> list[Message] | None:
+        """Up to ``limit`` messages of a thread after seq ``after`` (before it when
+        ``newest_first``, newest first); None if the thread is missing."""
+        ...
+
+    async def thread_rows(self, after: str, limit: int) -> list[Thread]:
+        """Up to ``limit`` threads with id > ``after``, by id."""
+        ...
+
+    async def outbox_rows(self, status: str | None, after: int, limit: int) -> list[OutboxEntry]:
+        """Up to ``limit`` outbox entries (of ``status`` if given) with id > ``after``, by id."""
+        ...
+
+    async def has_work(self) -> bool:
+        """Any ready input now, any leased thread or any pending/running call."""
+        ...
+
+    async def status(self) -> StoreStatus:
+        """Counts and sizes (see :class:`~dormant.records.StoreStatus`)."""
+        ...
+
+    async def delete_threads(self, thread_id: str) -> list[str]:
+        """Delete the thread, its descendants, all their rows and the blobs no thread refers
+        to any more, one transaction; the ids deleted. NotFound if missing; InvalidInput
+        (nothing deleted) while one of them holds a live lease."""
+        ...
+
+    # -- blobs -----------------------------------------------------------------------
+
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+        """As :meth:`dormant.store.base.Store.put_blob` (bounded write batches)."""
+        ...
+
+    async def blob_size(self, thread_id: str, ref: str) -> int | None:
+        """Size of ``ref`` if the thread or an ancestor refers to it (complete blobs
+        only); None if not visible. NotFound if the thread is missing."""
+        ...
+
+    async def read_blob(self, thread_id: str, ref: str, offset: int, length: int) -> bytes | None:
+        """Bytes ``offset .. offset + length`` (already validated) of a visible blob,
+        reading only the chunks that hold them; None if not visible. NotFound if the
+        thread is missing."""
+        ...
+
+    async def sweep_blobs(self) -> int:
+        """Remove what blob writes that never finished left more than
+        :data:`dormant.blobs.TMP_TTL_S` ago; how many chunks went."""
+        ...
+
+    # -- optional abilities (fallbacks in BackendDefaults) ---------------------------
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed so far (benchmarks); fallback 0."""
+        ...
+
+    @property
+    def path(self) -> str | None:
+        """The database file, if the database is one local file; fallback None."""
+        ...
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the data outlives the process (and other processes can share it)."""
+        ...
+
+    def subscribe(self, callback: Callable[[str], None]) -> bool:
+        """Call ``callback("threads" | "outbox")`` when other processes add work; False
+        (fallback) when the backend sends no hints and callers must poll."""
+        ...
+
+    async def exists(self) -> bool:
+        """Whether the database already exists (without creating it); fallback True."""
+        ...
+
+    def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
+        """``dormant doctor``: examine the database without opening the store (it may be
+        damaged). Fallback: UsageError (this backend has no doctor)."""
+        ...
+
+
+class BackendDefaults:
+    """The fallbacks of the optional abilities of :class:`Backend`."""
+
+    url: str
+
+    @property
+    def commits(self) -> int:
+        """No commit counter: 0."""
+        return 0
+
+    @property
+    def path(self) -> str | None:
+        """Not one local file."""
+        return None
+
+    @property
+    def persistent(self) -> bool:
+        """Data outlives the process."""
+        return True
+
+    def subscribe(self, callback: Callable[[str], None]) -> bool:
+        """No wake-up hints: callers poll."""
+        return False
+
+    async def exists(self) -> bool:
+        """Assume the database exists (a server creates it)."""
+        return True
+
+    def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
+        """No doctor for this backend."""
+        scheme = self.url.split(":", 1)[0]
+        raise UsageError(
+            f"dormant doctor examines SQLite stores (sqlite:///path.db) only, not {scheme}:// stores"
+        )

@@ -1,0 +1,378 @@
+"""The store core: the public :class:`~dormant.store.base.Store`, written once over a
+:class:`~dormant.store.backend.Backend`.
+
+Every domain rule lives here, whatever the database: validation and size limits of
+inputs, paging (page size, cursors), which summary a view starts from and the view
+driver (:mod:`dormant.store.views`), plan checks, the view cache (one
+:class:`~dormant.cache.ViewCache`, handed in or created here, reachable as
+:attr:`StoreCore.views`), the byte cut of a slice's inputs, claim tokens. The
+backend only moves rows.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from .. import inbox
+from ..blobs import read_length
+from ..cache import ViewCache
+from ..errors import InvalidInput, NotFound, StoreError, UsageError
+from ..records import (
+    Admission,
+    BlobRef,
+    Claim,
+    CommitPlan,
+    Input,
+    Message,
+    NewInput,
+    OutboxEntry,
+    OutboxOutcome,
+    Page,
+    SliceLoad,
+    StoreStatus,
+    Thread,
+    ViewLimits,
+)
+from .backend import Backend
+from .base import clamp_limit, seq_cursor
+from .views import ViewReads, load_view
+
+if TYPE_CHECKING:
+    from ..doctor import Report
+
+#: Default byte budget of the view cache when none is handed in.
+DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
+
+
+def result_input(thread_id: str, call_id: str, tool: str | None, content: str, is_error: bool) -> NewInput:
+    """The input that answers call ``call_id`` of a thread: a ``tool_result`` whose
+    dedup key is the call id (so the first answer wins)."""
+    return NewInput(
+        thread_id=thread_id,
+        kind="tool_result",
+        dedup_key=call_id,
+        content=content,
+        call_id=call_id,
+        tool_name=tool,
+        is_error=is_error,
+    )
+
+
+#: Stored before the dedup key of every input admitted from outside (:meth:`StoreCore.admit`
+#: of a ``user`` or ``event`` input): those keys live in a namespace of their own, so a
+#: user key can never equal a key the system makes (a call id for its result, ``timer:``,
+#: ``spawn:``, ``report:`` ...). No key given to the store may start with it.
+USER_KEY_PREFIX = "\x1fu:"
+#: The input kinds whose keys :meth:`StoreCore.admit` puts in the user namespace.
+USER_KINDS = frozenset({"user", "event"})
+
+
+def user_namespace(items: Sequence[NewInput]) -> list[NewInput]:
+    """``items`` as stored: user and event keys in the user namespace."""
+    return [
+        msgspec.structs.replace(item, dedup_key=USER_KEY_PREFIX + item.dedup_key)
+        if item.kind in USER_KINDS
+        else item
+        for item in items
+    ]
+
+
+def shown(inputs: list[Input]) -> list[Input]:
+    """Stored inputs as their admitter named them (the user namespace prefix removed)."""
+    cut = len(USER_KEY_PREFIX)
+    return [
+        msgspec.structs.replace(item, dedup_key=item.dedup_key[cut:])
+        if item.dedup_key.startswith(USER_KEY_PREFIX)
+        else item
+        for item in inputs
+    ]
+
+
+def validate(items: Sequence[NewInput], max_input_bytes: int) -> None:
+    """:func:`dormant.inbox.validate`, no NUL character in any text of an input
+    (PostgreSQL cannot store one, so no backend accepts one) and no key in the user
+    namespace's form; InvalidInput otherwise."""
+    inbox.validate(items, max_input_bytes)
+    for item in items:
+        if item.dedup_key.startswith(USER_KEY_PREFIX):
+            raise InvalidInput(
+                f"a dedup key may not start with {USER_KEY_PREFIX!r} (thread {item.thread_id!r})"
+            )
+        texts = (
+            item.thread_id,
+            item.dedup_key,
+            item.content,
+            item.source,
+            item.call_id,
+            item.tool_name,
+            item.agent,
+        )
+        if any(text and "\x00" in text for text in texts):
+            raise InvalidInput(f"an input for thread {item.thread_id!r} contains a NUL character (\\x00)")
+
+
+def cut_inputs(inputs: list[Input], max_bytes: int) -> list[Input]:
+    """The first inputs whose text fits ``max_bytes`` together (always at least one)."""
+    size = 0
+    for n, item in enumerate(inputs):
+        size += len(item.content)
+        if n and size > max_bytes:
+            return inputs[:n]
+    return inputs
+
+
+def check_plan(plan: CommitPlan) -> None:
+    """StoreError unless the plan's messages are numbered one after another."""
+    messages = plan.messages
+    if any(m.seq != messages[0].seq + n for n, m in enumerate(messages)):
+        raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
+
+
+class StoreCore:
+    """The :class:`~dormant.store.base.Store` over one backend.
+
+    ``views`` is the view cache (created from ``view_cache_bytes`` when not handed
+    in); the memory governor reaches it as ``store.views``. ``view_reads`` counts what
+    building views read (benchmarks).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        views: ViewCache | None = None,
+        view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
+        max_input_bytes: int = inbox.DEFAULT_MAX_INPUT_BYTES,
+    ) -> None:
+        self.backend = backend
+        self.url = backend.url
+        self.views = views if views is not None else ViewCache(view_cache_bytes)
+        self.max_input_bytes = max_input_bytes
+        self.view_reads = ViewReads()
+        #: bytes read_blob returned so far (benchmarks)
+        self.blob_read_bytes = 0
+
+    # -- lifecycle and abilities ---------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create or migrate the schema and start the backend."""
+        await self.backend.open()
+
+    async def close(self) -> None:
+        """Flush pending writes and release connections."""
+        await self.backend.close()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock rows are stamped with."""
+        return self.backend.clock
+
+    @property
+    def commits(self) -> int:
+        """Transactions the backend committed (0 if it does not count them)."""
+        return self.backend.commits
+
+    @property
+    def path(self) -> str | None:
+        """The database file when the database is one local file, else None."""
+        return self.backend.path
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the data outlives this process (False for ``memory://``)."""
+        return self.backend.persistent
+
+    def subscribe(self, callback: Callable[[str], None]) -> bool:
+        """Wake-up hints from other processes; False when there are none (poll)."""
+        return self.backend.subscribe(callback)
+
+    async def exists(self) -> bool:
+        """Whether the database exists already (opening would not create it)."""
+        return await self.backend.exists()
+
+    def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
+        """``dormant doctor`` for this database (UsageError if it has none)."""
+        return self.backend.diagnose(quick=quick, now=now, stuck_after_s=stuck_after_s)
+
+    # -- threads ---------------------------------------------------------------------
+
+    async def create_thread(self, thread_id: str, agent: str) -> Thread:
+        """Create a thread if it does not exist; the stored row either way."""
+        return await self.backend.create_thread(thread_id, agent)
+
+    async def get_thread(self, thread_id: str) -> Thread:
+        """The thread's row; NotFound if missing."""
+        thread = await self.backend.get_thread(thread_id)
+        if thread is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        return thread
+
+    async def retry_thread(self, thread_id: str) -> Thread:
+        """Make a failed thread active again."""
+        thread = await self.backend.retry_thread(thread_id)
+        if thread is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        return thread
+
+    async def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread, its descendants and what only they refer to."""
+        tree = await self.backend.delete_threads(thread_id)
+        for gone in tree:
+            self.views.discard(gone)
+        return len(tree)
+
+    # -- admission and slices --------------------------------------------------------
+
+    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
+        """Admit validated inputs durably, the batch in one transaction. The keys of
+        ``user`` and ``event`` inputs live in the user namespace (:data:`USER_KEY_PREFIX`)."""
+        validate(items, self.max_input_bytes)
+        if not items:
+            return []
+        admitted = await self.backend.admit(user_namespace(items))
+        return [
+            a if a.dedup_key == item.dedup_key else msgspec.structs.replace(a, dedup_key=item.dedup_key)
+            for a, item in zip(admitted, items, strict=True)
+        ]
+
+    async def claim_threads(self, worker: str, limit: int, lease_s: float) -> list[Claim]:
+        """Lease up to ``limit`` ready threads (one token for the batch)."""
+        if limit <= 0:
+            return []
+        return await self.backend.claim_threads(worker, limit, lease_s, secrets.token_hex(8))
+
+    async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
+        """The claimed thread's row, bounded view and ready inputs (cut by bytes)."""
+        async with self.backend.reader() as reader:
+            loaded = await reader.slice_rows(claim, limits.max_inputs, limits.max_input_bytes)
+            if loaded is None:
+                raise NotFound(f"no thread {claim.thread_id!r}")
+            thread, inputs = loaded
+            cached = self.views.get(thread, limits)
+            if cached is None:
+                view, summary, inherited = await load_view(reader, thread, limits, self.view_reads)
+                self.views.put(thread, limits, view, summary, inherited)
+            else:
+                view, summary, inherited = cached
+        inputs = cut_inputs(shown(inputs), limits.max_input_bytes)
+        return SliceLoad(thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited)
+
+    async def commit_slice(self, plan: CommitPlan) -> None:
+        """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""
+        check_plan(plan)
+        validate(plan.admissions, self.max_input_bytes)
+        try:
+            await self.backend.apply_plan(plan)
+        except BaseException:
+            self.views.discard(plan.thread_id)
+            raise
+        self.views.advance(plan.thread_id, plan.messages, summarized=plan.summary is not None)
+
+    async def release(
+        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+    ) -> None:
+        """Give a lease back without a commit."""
+        await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail)
+
+    async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
+        """Extend the leases still held."""
+        if not claims:
+            return []
+        return await self.backend.renew_leases(claims, lease_s)
+
+    # -- outbox ----------------------------------------------------------------------
+
+    async def claim_outbox(self, worker: str, limit: int, lease_s: float) -> list[OutboxEntry]:
+        """Reconcile expired calls, then lease up to ``limit`` due ones."""
+        return await self.backend.claim_outbox(worker, max(0, limit), lease_s, secrets.token_hex(8))
+
+    async def complete_call(
+        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+    ) -> Admission:
+        """Answer an open call from outside the dispatcher (first answer wins)."""
+        item = result_input(thread_id, call_id, None, content, is_error)
+        validate([item], self.max_input_bytes)
+        return await self.backend.complete_call(item)
+
+    async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
+        """Record dispatcher outcomes; done/dead admit the result with them."""
+        for outcome in outcomes:
+            if len(outcome.content.encode()) > self.max_input_bytes:
+                raise UsageError("tool result exceeds the input size limit; truncate it first")
+        if not outcomes:
+            return []
+        return await self.backend.finish_outbox(outcomes)
+
+    # -- paged reads -----------------------------------------------------------------
+
+    async def history(
+        self,
+        thread_id: str,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+    ) -> Page[Message]:
+        """One page of a thread's messages; the cursor is the last seq seen."""
+        limit = clamp_limit(limit)
+        after = seq_cursor(cursor, default=2**62 if newest_first else 0)
+        rows = await self.backend.history_rows(thread_id, after, limit + 1, newest_first)
+        if rows is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        items = tuple(rows[:limit])
+        return Page(items=items, next_cursor=str(items[-1].seq) if len(rows) > limit and items else None)
+
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
+        """One page of threads by id."""
+        limit = clamp_limit(limit)
+        rows = await self.backend.thread_rows(cursor or "", limit + 1)
+        items = tuple(rows[:limit])
+        return Page(items=items, next_cursor=items[-1].id if len(rows) > limit and items else None)
+
+    async def list_outbox(
+        self, *, status: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> Page[OutboxEntry]:
+        """One page of outbox entries by id."""
+        limit = clamp_limit(limit)
+        after = seq_cursor(cursor, default=0)
+        rows = await self.backend.outbox_rows(status, after, limit + 1)
+        items = tuple(rows[:limit])
+        return Page(items=items, next_cursor=str(items[-1].id) if len(rows) > limit and items else None)
+
+    async def has_work(self) -> bool:
+        """Ready input, a leased thread or an open call."""
+        return await self.backend.has_work()
+
+    async def status(self) -> StoreStatus:
+        """Counts and sizes for ``dormant status``."""
+        return await self.backend.status()
+
+    # -- blobs -----------------------------------------------------------------------
+
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+        """Store ``chunks`` as one blob that ``thread_id`` refers to."""
+        return await self.backend.put_blob(thread_id, chunks)
+
+    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
+        """The blob ``ref`` if ``thread_id`` or an ancestor refers to it."""
+        size = await self.backend.blob_size(thread_id, ref)
+        if size is None:
+            raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
+        return BlobRef(ref=ref, size=size)
+
+    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
+        """A byte range of a blob ``thread_id`` may see."""
+        length = read_length(offset, length)
+        data = await self.backend.read_blob(thread_id, ref, offset, length)
+        if data is None:
+            raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
+        self.blob_read_bytes += len(data)
+        return data
+
+    async def sweep_blobs(self) -> int:
+        """Remove what blob writes that never finished left (an hour old); chunks removed."""
+        return await self.backend.sweep_blobs()

@@ -1,0 +1,236 @@
+"""Every SQL statement the PostgreSQL backend sends, by name.
+
+The multi-row write paths are functions in ``schema.sql`` (``dormant_*``: one
+statement per domain operation, so a slice commit is one round trip); the statements
+here call them, or are the single-row writes and the reads. No other module of the
+backend holds SQL text.
+"""
+
+from __future__ import annotations
+
+from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
+
+# The multi-row operations take their records as one jsonb document (msgspec encoding).
+ADMIT = "SELECT r_input_id, r_duplicate FROM dormant_admit(%s::jsonb, %s::float8[], %s::float8)"
+COMMIT_SLICE = "SELECT dormant_commit_slice(%s::jsonb, %s::float8[], %s::float8)"
+FINISH_OUTBOX = "SELECT held FROM dormant_finish_outbox(%s::jsonb, %s::float8, %s::float8) AS held"
+CLAIM_OUTBOX = (
+    f"SELECT {OUTBOX_COLS} FROM dormant_claim_outbox(%s, %s::integer, %s, %s::float8, %s::float8, "
+    "%s::float8, %s, %s::float8)"
+)
+COMPLETE_CALL = (
+    "SELECT r_input_id, r_duplicate FROM dormant_complete_call(%s, %s, %s, %s, %s::float8, %s::float8)"
+)
+CREATE_THREAD = f"SELECT {THREAD_COLS} FROM dormant_create_thread(%s, %s, %s::float8)"
+# Lease the best-keyed ready threads whose lease expired or whose worker stopped
+# heartbeating %(dead)s seconds ago (by the database clock). Rows another transaction
+# holds are skipped, not waited for: that is what lets many workers claim from one table.
+CLAIM_THREADS = """
+WITH dead AS (
+    SELECT id FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(dead)s)
+), picked AS (
+    SELECT id, ready_key FROM threads
+    WHERE ready_key IS NOT NULL AND ready_at <= %(now)s
+      AND (lease_expires <= %(now)s OR lease_owner IN (SELECT id FROM dead))
+    ORDER BY ready_key
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s
+FROM picked WHERE t.id = picked.id
+RETURNING t.id, picked.ready_key, t.agent
+"""
+RENEW_LEASES = """
+UPDATE threads t SET lease_expires = %s
+FROM unnest(%s::text[], %s::text[]) AS c (id, token)
+WHERE t.id = c.id AND t.lease_token = c.token
+RETURNING t.id
+"""
+# A failed thread is not ready (ready_key NULL) until retry_thread recomputes it.
+RELEASE = """
+UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = %(retry_at)s,
+    failures = failures + %(inc)s, error = coalesce(%(error)s, error),
+    status = CASE WHEN %(fail)s THEN 'failed' ELSE status END, updated_at = %(now)s,
+    ready_key = CASE WHEN %(fail)s THEN NULL ELSE ready_key END,
+    ready_at = CASE WHEN %(fail)s THEN NULL ELSE ready_at END
+WHERE id = %(id)s AND lease_token = %(token)s
+"""
+# A live lease is left alone: the slice running under it keeps its thread.
+RETRY_THREAD = f"""
+UPDATE threads t SET status = 'active', failures = 0, error = NULL, updated_at = %(now)s,
+    lease_expires = CASE WHEN t.lease_token IS NOT NULL AND t.lease_expires > %(now)s
+                         THEN t.lease_expires ELSE 0 END,
+    ready_key = (SELECT min(i.sort_key) FROM inputs i
+                 WHERE i.thread_id = t.id AND (t.awaiting = 0 OR i.kind = 'tool_result')),
+    ready_at = (SELECT min(i.not_before) FROM inputs i
+                WHERE i.thread_id = t.id AND (t.awaiting = 0 OR i.kind = 'tool_result'))
+WHERE t.id = %(id)s
+RETURNING {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))}
+"""
+# Lock the thread rows a batch will change, in id order, before it changes them: two
+# batches (of two workers) then never wait for each other in a cycle.
+LOCK_THREADS = """
+SELECT 1 FROM threads
+WHERE id = ANY (%s::text[]) OR id IN (SELECT thread_id FROM outbox WHERE id = ANY (%s::bigint[]))
+ORDER BY id
+FOR NO KEY UPDATE
+"""
+# The thread row and its ready inputs (admission order) in one statement: at most
+# %(limit)s of them and no more input text than %(bytes)s bytes (the first input always).
+# The sizes come from octet_length, which reads no TOASTed text, so no input past the cut
+# is read at all.
+LOAD_SLICE = f"""
+SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+FROM threads t
+LEFT JOIN LATERAL (
+    SELECT {", ".join("y." + c.strip() for c in INPUT_COLS.split(","))}
+    FROM (
+        SELECT x.id, row_number() OVER w AS n, sum(octet_length(x.content)) OVER w AS upto
+        FROM inputs x
+        WHERE x.thread_id = t.id AND x.not_before <= %(now)s
+          AND (t.awaiting = 0 OR x.kind = 'tool_result')
+        WINDOW w AS (ORDER BY x.id)
+        ORDER BY x.id
+        LIMIT %(limit)s
+    ) b
+    JOIN inputs y ON y.id = b.id
+    WHERE b.n = 1 OR b.upto <= %(bytes)s
+) i ON true
+WHERE t.id = %(id)s
+ORDER BY i.id
+"""
+NEWEST_MESSAGES = (
+    f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq <= %s AND seq > %s "
+    "ORDER BY seq DESC LIMIT %s"
+)
+SUMMARY_AT = f"SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = %s AND upto_seq = %s"
+# The latest summary a child spawned at parent_seq inherited from that parent.
+SUMMARY_INHERITED = (
+    f"SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = %s AND made_at_seq <= %s "
+    "ORDER BY upto_seq DESC LIMIT 1"
+)
+PARENT_OF = "SELECT parent_id, parent_seq FROM threads WHERE id = %s"
+HAS_WORK = """
+SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <= %(now)s)
+    OR EXISTS (SELECT 1 FROM threads WHERE lease_token IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM outbox WHERE status IN ('pending', 'running'))
+"""
+TABLE_BYTES = """
+SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+  AND c.relname IN ('threads', 'inputs', 'input_keys', 'messages', 'outbox', 'schema_version',
+                    'summaries', 'blobs', 'blob_chunks', 'blob_refs', 'workers')
+"""
+
+# -- schema ---------------------------------------------------------------------------
+CURRENT_SCHEMA = "SELECT current_schema()"
+# several processes may open a new database at once: one creates it
+SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('dormant-schema:' || %s::text))"
+SCHEMA_EXISTS = "SELECT to_regclass(format('%I.schema_version', current_schema()))"
+SCHEMA_VERSION = "SELECT version FROM schema_version"
+SET_FIRST_VERSION = "INSERT INTO schema_version (version) VALUES (%s)"
+SET_VERSION = "UPDATE schema_version SET version = %s"
+
+# -- the database clock and worker heartbeats (backend.DbClock, backend.Heartbeat) ------
+DB_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
+HEARTBEAT = """
+INSERT INTO workers AS w (id, host, pid, started_at, heartbeat_at)
+SELECT id, %s, %s, now(), now() FROM unnest(%s::text[]) AS ids (id)
+ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, heartbeat_at = now()
+"""
+FORGET_WORKERS = "DELETE FROM workers WHERE heartbeat_at < now() - interval '1 hour'"
+
+# -- connections and the writer -------------------------------------------------------
+LISTEN = "LISTEN {channel}"  # a name from writer.channels() ([a-z0-9_]), never user input
+NOTIFY = "pg_notify('{channel}', '{instance}')"  # joined into one SELECT per batch
+SET_LOCK_TIMEOUT = "SET lock_timeout = {ms:d}"
+SET_LOCAL_LOCK_TIMEOUT = "SET LOCAL lock_timeout = {ms:d}"
+BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
+SAVEPOINT, ROLLBACK_TO_SAVEPOINT, RELEASE_SAVEPOINT = (
+    "SAVEPOINT job",
+    "ROLLBACK TO SAVEPOINT job",
+    "RELEASE SAVEPOINT job",
+)
+
+# -- reads ----------------------------------------------------------------------------
+GET_THREAD = f"SELECT {THREAD_COLS} FROM threads WHERE id = %s"
+THREAD_EXISTS = "SELECT 1 FROM threads WHERE id = %s"
+HISTORY_NEWEST_FIRST = (
+    f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s"
+)
+HISTORY_OLDEST_FIRST = (
+    f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+LIST_THREADS = f"SELECT {THREAD_COLS} FROM threads WHERE id > %s ORDER BY id LIMIT %s"
+LIST_OUTBOX = (
+    f"SELECT {OUTBOX_COLS} FROM outbox "
+    "WHERE id > %s AND (%s::text IS NULL OR status = %s::text) ORDER BY id LIMIT %s"
+)
+STATUS_THREADS = "SELECT status, count(*) FROM threads GROUP BY status"
+STATUS_READY = "SELECT count(*) FROM threads WHERE ready_key IS NOT NULL AND ready_at <= %s"
+STATUS_LEASED = "SELECT count(*) FROM threads WHERE lease_token IS NOT NULL"
+STATUS_BACKLOG = "SELECT priority, count(*) FROM inputs GROUP BY priority"
+STATUS_OUTBOX = "SELECT status, count(*) FROM outbox GROUP BY status"
+STATUS_MESSAGES = "SELECT count(*) FROM messages"
+
+# -- blobs and deletion ---------------------------------------------------------------
+INSERT_CHUNK = "INSERT INTO blob_chunks (ref, idx, data) VALUES (%s, %s, %b)"
+INSERT_REF = "INSERT INTO blob_refs (thread_id, ref) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+SHARE_THREAD = "SELECT 1 FROM threads WHERE id = %s FOR KEY SHARE"
+SHARE_BLOB = "SELECT 1 FROM blobs WHERE ref = %s FOR KEY SHARE"
+DELETE_CHUNKS = "DELETE FROM blob_chunks WHERE ref = %s"
+INSERT_BLOB = (
+    "INSERT INTO blobs (ref, size, chunk_size, created_at) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (ref) DO NOTHING RETURNING 1"
+)
+MOVE_CHUNKS = "UPDATE blob_chunks SET ref = %s WHERE ref = %s"
+SWEEP_CHUNKS = "DELETE FROM blob_chunks WHERE ref >= %s AND ref < %s"
+VISIBLE_BLOB = """
+WITH RECURSIVE line (id, parent_id) AS (
+    SELECT id, parent_id FROM threads WHERE id = %(thread)s
+    UNION ALL
+    SELECT t.id, t.parent_id FROM threads t JOIN line ON t.id = line.parent_id
+)
+SELECT b.size, b.chunk_size FROM blobs b
+WHERE b.ref = %(ref)s AND b.size >= 0
+  AND EXISTS (SELECT 1 FROM line JOIN blob_refs r ON r.thread_id = line.id AND r.ref = %(ref)s)
+"""
+# The wanted part of each chunk of a range: the first chunk from byte %(low)s, the last one
+# up to byte %(high)s. substring() of an uncompressed TOASTed value fetches only the TOAST
+# rows it needs.
+READ_CHUNKS = """
+SELECT idx, CASE
+    WHEN idx = %(first)s AND idx = %(last)s
+        THEN substring(data FROM %(low)s::integer + 1 FOR %(high)s::integer - %(low)s::integer)
+    WHEN idx = %(first)s THEN substring(data FROM %(low)s::integer + 1)
+    WHEN idx = %(last)s THEN substring(data FROM 1 FOR %(high)s::integer)
+    ELSE data END
+FROM blob_chunks WHERE ref = %(ref)s AND idx >= %(first)s AND idx <= %(last)s ORDER BY idx
+"""
+TREE = """
+WITH RECURSIVE tree (id) AS (
+    SELECT id FROM threads WHERE id = %s
+    UNION
+    SELECT t.id FROM threads t JOIN tree ON t.parent_id = tree.id
+)
+SELECT id FROM tree
+"""
+LOCK_TREE = "SELECT 1 FROM threads WHERE id = ANY (%s) ORDER BY id FOR UPDATE"
+LEASED_IN_TREE = (
+    "SELECT id FROM threads WHERE id = ANY (%s) AND lease_token IS NOT NULL AND lease_expires > %s LIMIT 1"
+)
+DELETE_TREE_REFS = "DELETE FROM blob_refs WHERE thread_id = ANY (%s) RETURNING ref"
+#: One statement per table whose rows belong to a thread (rows.THREAD_TABLES), then the threads.
+DELETE_TREE_ROWS = tuple(f"DELETE FROM {table} WHERE thread_id = ANY (%s)" for table in THREAD_TABLES)
+DELETE_TREE = "DELETE FROM threads WHERE id = ANY (%s)"
+LOCK_BLOBS = "SELECT 1 FROM blobs WHERE ref = ANY (%s) ORDER BY ref FOR UPDATE"
+DELETE_UNUSED_BLOBS = (
+    "DELETE FROM blobs b WHERE b.ref = ANY (%s) "
+    "AND NOT EXISTS (SELECT 1 FROM blob_refs r WHERE r.ref = b.ref) RETURNING b.ref"
+)
+DELETE_BLOB_CHUNKS = "DELETE FROM blob_chunks WHERE ref = ANY (%s)"
+
+# -- the throwaway test server (embedded.py) ------------------------------------------
+ALTER_SYSTEM = "ALTER SYSTEM SET {name} = '{value}'"  # names and values from embedded.NOT_DURABLE
+RELOAD_CONF = "SELECT pg_reload_conf()"

@@ -1,0 +1,427 @@
+"""The SQLite backend: one file, WAL, one group-committing writer, a reader connection.
+
+Why apsw rather than the stdlib ``sqlite3``: it bundles a current SQLite (3.54;
+the system library here is 3.40), it can load extensions (sqlite-vec for the
+memory index) and it gives explicit transaction control with no hidden BEGINs.
+
+Every write is a job (:mod:`~dormant.store.sqlite.jobs`,
+:mod:`~dormant.store.sqlite.outbox`, :mod:`~dormant.store.sqlite.blobs`) for the
+:class:`~dormant.store.sqlite.writer.GroupWriter`, which commits many of them in
+one transaction and answers each caller only after that commit. API reads
+(history, status, ...) use their own connection (WAL readers do not block the
+writer). A slice's reads use the writer's connection while the writer runs on the
+event loop's thread, between batches: its page cache survives its own commits,
+where a reader's is dropped at each one. A claim batch's slices are loaded in one
+statement (:mod:`~dormant.store.sqlite.reader`). The statements live in
+:mod:`~dormant.store.sqlite.sql`.
+
+``memory://`` is the same backend on a private in-memory database (one connection).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from ...errors import SchemaError, StoreError, UsageError
+from ...records import (
+    Admission,
+    BlobRef,
+    Claim,
+    CommitPlan,
+    Message,
+    NewInput,
+    OutboxEntry,
+    OutboxOutcome,
+    StoreStatus,
+    Thread,
+)
+from ..backend import BackendDefaults
+from ..rows import row_entry, row_message, row_thread
+from . import jobs, outbox, sql
+from .blobs import SQLiteBlobs
+from .connect import (
+    MEMORY_SCHEME,
+    connect,
+    file_size,
+    memory_name,
+    migrate_schema,
+    path_from_url,
+    translate,
+)
+from .reader import ClaimBatches, SQLiteReader
+from .writer import Conn, GroupWriter, Job
+
+if TYPE_CHECKING:
+    from ...doctor import Report
+
+#: Page cache of the writer connection, which also serves the slices' reads: the hot
+#: pages of threads, inputs and the message index (SQLite's default is 2,000 KiB).
+WRITER_CACHE_KIB = 8192
+#: Page cache of the reader connection. It serves only API reads (history, status,
+#: has_work) and loses its pages whenever the writer commits, so a big cache buys
+#: nothing; left at the default it filled up slowly as the threads table grew
+#: (has_work scans it), which showed as RSS creeping with the number of agents.
+READER_CACHE_KIB = 256
+
+
+class SQLiteBackend(BackendDefaults):
+    """The embedded default backend (``sqlite:///path``) and the in-RAM baseline (``memory://``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 5000,
+        page_size: int = 16384,
+        writer_thread: bool = False,
+        batch_jobs: int = 512,
+        batch_bytes: int = 8 * 1024 * 1024,
+        queue_jobs: int = 20_000,
+        queue_bytes: int = 64 * 1024 * 1024,
+        max_page_count: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            raise UsageError(f"synchronous must be NORMAL, FULL or EXTRA, not {synchronous!r}")
+        self.url = url
+        self.memory = url.startswith(MEMORY_SCHEME)
+        self._path = None if self.memory else path_from_url(url)
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = busy_timeout_ms
+        self.page_size = page_size
+        self.writer_thread = writer_thread and not self.memory
+        self.batch_jobs = batch_jobs
+        self.batch_bytes = batch_bytes
+        self.queue_jobs = queue_jobs
+        self.queue_bytes = queue_bytes
+        # a cap on the file's size in pages: past it writes fail with StoreFull (a quota,
+        # and how the fault tests fill the "disk"); see set_max_page_count
+        self.max_page_count = max_page_count
+        self.clock = clock
+        self._reader: Conn | None = None
+        self._writer: Conn | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._writer_queue: GroupWriter | None = None
+        self._closing = False
+        self._batches = ClaimBatches()
+        self.blobs = SQLiteBlobs(self._write, self._read, clock)
+
+    # -- abilities -------------------------------------------------------------------
+
+    @property
+    def path(self) -> str | None:
+        """The database file (None for ``memory://``)."""
+        return self._path
+
+    @property
+    def persistent(self) -> bool:
+        """A file outlives the process; ``memory://`` does not."""
+        return not self.memory
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed by the writer (for benchmarks)."""
+        return self._writer_queue.commits if self._writer_queue else 0
+
+    async def exists(self) -> bool:
+        """Whether the database file exists (``memory://``: never before it is opened)."""
+        return self._path is not None and os.path.exists(self._path)
+
+    def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
+        """``dormant doctor`` on the file, read-only and without opening the store."""
+        if self._path is None:
+            raise UsageError(
+                "memory:// keeps nothing between processes: there is nothing for doctor to examine"
+            )
+        from .judge import diagnose
+
+        return diagnose(self.url, self._path, quick=quick, now=now, stuck_after_s=stuck_after_s)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def _connect(self, name: str, cache_kib: int) -> apsw.Connection:
+        return connect(
+            name,
+            memory=self.memory,
+            page_size=self.page_size,
+            cache_kib=cache_kib,
+            synchronous=self.synchronous,
+            busy_timeout_ms=self.busy_timeout_ms,
+            max_page_count=self.max_page_count,
+        )
+
+    async def open(self) -> None:
+        """Open connections, create or migrate the schema, start the writer."""
+        if self._writer_queue is not None:
+            return
+        if self._path is not None:
+            directory = os.path.dirname(os.path.abspath(self._path))
+            if not os.path.isdir(directory):
+                raise UsageError(f"directory {directory!r} of the database does not exist")
+        name = self._path if self._path is not None else memory_name()
+        try:
+            self._writer = self._connect(name, WRITER_CACHE_KIB)
+        except SchemaError as exc:
+            raise self._damaged(exc) from exc.__cause__
+        try:
+            await migrate_schema(self._writer, repr(self._path or self.url))
+        except BaseException as exc:
+            self._writer.close()
+            self._writer = None
+            if isinstance(exc, SchemaError):
+                raise self._damaged(exc) from exc.__cause__
+            raise
+        # memory://: one connection serves writes and reads (nothing runs between a
+        # batch's statements: the writer runs on the event loop's thread)
+        self._reader = self._writer if self.memory else self._connect(name, READER_CACHE_KIB)
+        if self.writer_thread:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dormant-writer")
+        self._closing = False
+        self._writer_queue = GroupWriter(
+            self._writer,
+            executor=self._executor,
+            batch_jobs=self.batch_jobs,
+            batch_bytes=self.batch_bytes,
+            queue_jobs=self.queue_jobs,
+            queue_bytes=self.queue_bytes,
+        )
+        await self.blobs.sweep()  # what puts that never finished left more than an hour ago
+
+    def _damaged(self, exc: SchemaError) -> SchemaError:
+        """``exc``, reworded to say what to do when the file itself is damaged."""
+        if not isinstance(exc.__cause__, apsw.CorruptError | apsw.NotADBError):
+            return exc  # e.g. a schema newer than this dormant: its message says what to do
+        return SchemaError(
+            f"cannot open {self._path!r}: the database file is damaged ({exc.__cause__}). Stop every "
+            f"dormant process using it, run `dormant doctor --store {self.url}` to see what is "
+            f"damaged, then restore the file from a backup (or salvage what is readable with "
+            f"`sqlite3 {self._path} .recover`)"
+        )
+
+    async def set_max_page_count(self, pages: int | None) -> int:
+        """Change the size cap of the file (None: SQLite's maximum); returns the cap in force.
+
+        Lowering it below the current size caps it at the current size. Raising it is
+        how space is "freed" when the cap was what filled the store.
+        """
+        self.max_page_count = pages
+        limit = 0xFFFFFFFE if pages is None else int(pages)
+
+        def job(conn: Conn) -> int:
+            return int(conn.execute(sql.PRAGMA_MAX_PAGE_COUNT.format(limit)).fetchone()[0])
+
+        result: int = await self._write(job)
+        return result
+
+    async def close(self) -> None:
+        """Let queued writes finish, stop the writer, close connections."""
+        if self._writer_queue is None:
+            return
+        self._closing = True
+        await self._writer_queue.close()
+        self._writer_queue = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        for conn in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
+            conn.close()
+        self._reader = self._writer = None
+        self._batches.clear()
+
+    # -- connections -----------------------------------------------------------------
+
+    async def _write(self, job: Job, size: int = 256) -> Any:
+        if self._writer_queue is None or self._closing:
+            raise StoreError("the store is not open")
+        return await self._writer_queue.submit(job, size)
+
+    def _read(self) -> Conn:
+        if self._reader is None:
+            raise StoreError("the store is not open")
+        return self._reader
+
+    def reader(self) -> SQLiteReader:
+        """The reader of a slice: on the writer's connection, unless it runs on its own thread.
+
+        A WAL reader drops its whole page cache whenever another connection has
+        committed since its last read, i.e. after every group commit here; the
+        writer's cache survives its own commits, so the pages of hot threads and
+        inputs stay cached. With the writer on the event loop's thread (the default)
+        no batch runs while a slice reads, and between batches the writer holds no
+        transaction, so it reads committed state, as the reader would.
+        """
+        writer = self._writer
+        if self._executor is None and writer is not None and not writer.in_transaction:
+            return SQLiteReader(writer, self._batches, self.clock)
+        return SQLiteReader(self._read(), self._batches, self.clock)
+
+    def _query(self, statement: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Rows of one read on the API connection."""
+        try:
+            rows: list[Any] = self._read().execute(statement, params).fetchall()
+        except apsw.Error as exc:
+            raise translate(exc) from exc
+        return rows
+
+    # -- threads ---------------------------------------------------------------------
+
+    async def create_thread(self, thread_id: str, agent: str) -> Thread:
+        """Insert the thread unless it exists; the stored row."""
+        now = self.clock()
+
+        def job(conn: Conn) -> Thread | None:
+            jobs.insert_thread(conn, thread_id, agent, now)
+            return jobs.get_thread(conn, thread_id)
+
+        result: Thread = await self._write(job)
+        return result
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread's row, None if missing."""
+        rows = self._query(sql.GET_THREAD, (thread_id,))
+        return row_thread(rows[0]) if rows else None
+
+    async def retry_thread(self, thread_id: str) -> Thread | None:
+        """Reactivate a thread; its new row, None if missing."""
+        now = self.clock()
+        result: Thread | None = await self._write(lambda conn: jobs.retry_thread(conn, thread_id, now))
+        return result
+
+    async def delete_threads(self, thread_id: str) -> list[str]:
+        """Delete a thread's tree and what only it refers to."""
+        result: list[str] = await self._write(
+            lambda conn: jobs.delete_threads(conn, thread_id, self.clock()), 4096
+        )
+        return result
+
+    # -- admission and slices --------------------------------------------------------
+
+    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
+        """Insert inputs, one transaction for the batch."""
+        now = self.clock()
+        size = sum(len(item.content) for item in items) + 256 * len(items)
+        result: list[Admission] = await self._write(
+            lambda conn: [jobs.admit_one(conn, item, now) for item in items], size
+        )
+        return result
+
+    async def claim_threads(self, worker: str, limit: int, lease_s: float, token: str) -> list[Claim]:
+        """Lease up to ``limit`` ready threads."""
+
+        def job(conn: Conn) -> list[Claim]:
+            now = self.clock()
+            expires = now + lease_s
+            params = {"now": now, "limit": limit, "token": token, "worker": worker, "expires": expires}
+            rows = conn.execute(sql.CLAIM_THREADS, params).fetchall()
+            return [Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1]) for r in rows]
+
+        result: list[Claim] = await self._write(job)
+        self._batches.claimed(result)
+        return result
+
+    async def apply_plan(self, plan: CommitPlan) -> None:
+        """Apply a slice plan in one transaction."""
+        now = self.clock()
+        size = sum(len(m.content) for m in plan.messages) + 512
+        if plan.summary is not None:
+            size += len(plan.summary.content)
+        await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
+
+    async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
+        """Give a lease back without committing."""
+        now = self.clock()
+        await self._write(lambda conn: jobs.release(conn, claim, now, retry_at, error, fail))
+
+    async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
+        """Extend held leases; the renewed claims."""
+        result: list[Claim] = await self._write(lambda conn: jobs.renew(conn, claims, self.clock() + lease_s))
+        return result
+
+    # -- outbox ----------------------------------------------------------------------
+
+    async def claim_outbox(self, worker: str, limit: int, lease_s: float, token: str) -> list[OutboxEntry]:
+        """Reconcile expired running entries, then lease due pending ones."""
+        result: list[OutboxEntry] = await self._write(
+            lambda conn: outbox.claim(conn, worker, limit, lease_s, token, self.clock())
+        )
+        return result
+
+    async def complete_call(self, item: NewInput) -> Admission:
+        """Answer an open call from outside."""
+        now = self.clock()
+        result: Admission = await self._write(
+            lambda conn: outbox.complete(conn, item, now), len(item.content) + 256
+        )
+        return result
+
+    async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
+        """Record outcomes; done/dead admit the result in the same transaction."""
+        now = self.clock()
+        size = sum(len(o.content) for o in outcomes) + 256
+        result: list[bool] = await self._write(lambda conn: outbox.finish(conn, outcomes, now), size)
+        return result
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def history_rows(
+        self, thread_id: str, after: int, limit: int, newest_first: bool
+    ) -> list[Message] | None:
+        """Messages after (before) ``after``; None if the thread is missing."""
+        if not self._query(sql.THREAD_EXISTS, (thread_id,)):
+            return None
+        rows = self._query(sql.HISTORY_DESC if newest_first else sql.HISTORY_ASC, (thread_id, after, limit))
+        return [row_message(r) for r in rows]
+
+    async def thread_rows(self, after: str, limit: int) -> list[Thread]:
+        """Threads after ``after`` by id."""
+        return [row_thread(r) for r in self._query(sql.THREAD_PAGE, (after, limit))]
+
+    async def outbox_rows(self, status: str | None, after: int, limit: int) -> list[OutboxEntry]:
+        """Outbox entries after ``after`` by id."""
+        return [row_entry(r) for r in self._query(sql.OUTBOX_PAGE, (after, status, limit))]
+
+    async def has_work(self) -> bool:
+        """Ready input, a leased thread, or an open outbox entry."""
+        return bool(self._query(sql.HAS_WORK, (self.clock(),))[0][0])
+
+    async def status(self) -> StoreStatus:
+        """Counts and sizes for ``dormant status``."""
+        now = self.clock()
+        outbox_counts = dict(self._query(sql.OUTBOX_BY_STATUS))
+        return StoreStatus(
+            threads_by_status=dict(self._query(sql.THREADS_BY_STATUS)),
+            threads_ready=self._query(sql.THREADS_READY, (now,))[0][0],
+            threads_leased=self._query(sql.THREADS_LEASED)[0][0],
+            backlog_by_priority={f"P{p}": n for p, n in self._query(sql.INPUTS_BY_PRIORITY)},
+            outbox_by_status=outbox_counts,
+            dead_letters=outbox_counts.get("dead", 0),
+            messages=self._query(sql.MESSAGE_COUNT)[0][0],
+            db_bytes=file_size(self._path),
+            wal_bytes=file_size(self._path + "-wal" if self._path else None),
+            schema_version=self._query(sql.GET_VERSION)[0][0],
+        )
+
+    # -- blobs -----------------------------------------------------------------------
+
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+        """Store ``chunks`` as one blob ``thread_id`` refers to."""
+        return await self.blobs.put(thread_id, chunks)
+
+    async def blob_size(self, thread_id: str, ref: str) -> int | None:
+        """Size of a blob the thread may see, None if it may not."""
+        return await self.blobs.size(thread_id, ref)
+
+    async def read_blob(self, thread_id: str, ref: str, offset: int, length: int) -> bytes | None:
+        """A byte range of a blob the thread may see, None if it may not."""
+        return await self.blobs.read(thread_id, ref, offset, length)
+
+    async def sweep_blobs(self) -> int:
+        """Remove what unfinished blob writes left (an hour old)."""
+        return await self.blobs.sweep()

@@ -1,0 +1,345 @@
+"""Every SQL statement of the SQLite backend, by name.
+
+The schema of a new database is ``schema.sql`` and the migrations of older ones are
+``migrations/NNNN_name.sql`` (run by :mod:`dormant.store.migrations`); the backend's
+other modules run only the statements named here.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import msgspec
+
+from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
+
+encode = msgspec.json.encode
+
+# A claimed thread's row and its ready inputs, at most ?3 of them, in admission order, and
+# no more input text than ?4 bytes (the first input always): the sizes come from
+# octet_length, which reads no text, so no input past the cut is read at all.
+LOAD_SLICE = f"""
+SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+FROM threads t
+LEFT JOIN (
+    SELECT x.id, row_number() OVER w AS n, sum(octet_length(x.content)) OVER w AS upto
+    FROM inputs x
+    WHERE x.thread_id = ?2 AND x.not_before <= ?1
+      AND (x.kind = 'tool_result' OR (SELECT awaiting FROM threads WHERE id = ?2) = 0)
+    WINDOW w AS (ORDER BY x.id)
+    ORDER BY x.id LIMIT ?3
+) b ON b.n = 1 OR b.upto <= ?4
+LEFT JOIN inputs i ON i.id = b.id
+WHERE t.id = ?2
+ORDER BY b.id
+"""
+
+# LOAD_SLICE for every thread of a claim batch at once (?2: a JSON array of thread ids),
+# at most ?3 inputs per thread; rows come grouped by thread, inputs in admission order.
+LOAD_SLICES = f"""
+SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+FROM threads t
+LEFT JOIN inputs i ON i.id IN (
+    SELECT x.id FROM inputs x
+    WHERE x.thread_id = t.id AND x.not_before <= ?1 AND (t.awaiting = 0 OR x.kind = 'tool_result')
+    ORDER BY x.id LIMIT ?3)
+WHERE t.id IN (SELECT value FROM json_each(?2))
+ORDER BY t.id, i.id
+"""
+
+# Recompute a thread's readiness from its consumable pending inputs.
+REFRESH_READY = """
+UPDATE threads SET
+  ready_key = CASE WHEN status = 'active' THEN (
+      SELECT MIN(i.sort_key) FROM inputs i
+      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END,
+  ready_at = CASE WHEN status = 'active' THEN (
+      SELECT MIN(i.not_before) FROM inputs i
+      WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END
+WHERE id = ?
+"""
+CLAIM_THREADS = """
+UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = :expires
+WHERE id IN (
+    SELECT id FROM threads
+    WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
+    ORDER BY ready_key LIMIT :limit)
+RETURNING id, agent
+"""
+CLAIM_OUTBOX = f"""
+UPDATE outbox SET status = 'running', attempts = attempts + 1, lease_token = :token,
+                  lease_owner = :worker, lease_expires = :expires
+WHERE id IN (
+    SELECT id FROM outbox WHERE status = 'pending' AND available_at <= :now
+    ORDER BY available_at LIMIT :limit)
+RETURNING {OUTBOX_COLS}
+"""
+# No RETURNING id: the store reads last_insert_rowid() instead. On this SQLite an
+# INSERT ... RETURNING costs ~20 us more than the insert itself (measured), and the hot
+# path admits two inputs per turn. The same holds, less so, for FINISH_SLICE below.
+INSERT_INPUT = """
+INSERT INTO inputs (thread_id, dedup_key, kind, priority, not_before, admitted_at, sort_key,
+                    content, call_id, tool_name, is_error, source)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_MESSAGE = """
+INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name, source,
+                      input_id, created_at, tokens)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_SUMMARY = """
+INSERT INTO summaries (thread_id, upto_seq, made_at_seq, content, tokens, covered_tokens, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+# The newest messages of a thread in (min_seq, max_seq], newest first: a view's read.
+NEWEST_MESSAGES = f"""
+SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq <= ? AND seq > ?
+ORDER BY seq DESC LIMIT ?
+"""
+SUMMARY_AT = f"SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = ? AND upto_seq = ?"
+# The latest summary a child spawned at parent_seq ?2 inherited from thread ?1.
+SUMMARY_INHERITED = f"""
+SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = ?1 AND made_at_seq <= ?2
+ORDER BY upto_seq DESC LIMIT 1
+"""
+INSERT_CALL = """
+INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
+                    created_at)
+VALUES (?1, (SELECT agent FROM threads WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
+"""
+# Release a committed slice's lease and recompute readiness with the new awaiting count
+# (:awaiting, not the column: SET expressions see the row's old values).
+# A summary (:upto not NULL) must move forward and cover only stored messages.
+FINISH_SLICE = """
+UPDATE threads SET
+  last_seq = coalesce(:last_seq, last_seq), awaiting = :awaiting, failures = 0, error = NULL,
+  lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = :now,
+  tokens = tokens + :tokens,
+  summary_seq = coalesce(:upto, summary_seq),
+  summarized_tokens = coalesce(:covered, summarized_tokens),
+  (ready_key, ready_at) = (SELECT MIN(i.sort_key), MIN(i.not_before) FROM inputs i
+                           WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result'))
+WHERE id = :id AND lease_token = :token AND (:first_seq IS NULL OR last_seq = :first_seq - 1)
+  AND (:upto IS NULL OR (:upto > summary_seq AND :upto <= last_seq))
+"""
+MARK_READY = """
+UPDATE threads SET ready_key = min(coalesce(ready_key, ?1), ?1),
+                   ready_at = min(coalesce(ready_at, ?2), ?2)
+WHERE id = ?3 AND status = 'active' AND (awaiting = 0 OR ?4 = 'tool_result')
+"""
+
+
+# -- connections and schema -----------------------------------------------------------
+
+PRAGMA_PAGE_SIZE = "PRAGMA page_size={:d}"
+PRAGMA_WAL = "PRAGMA journal_mode=WAL"
+PRAGMA_CACHE_KIB = "PRAGMA cache_size=-{:d}"
+PRAGMA_SYNCHRONOUS = "PRAGMA synchronous={}"
+PRAGMA_FOREIGN_KEYS = "PRAGMA foreign_keys=ON"
+PRAGMA_MAX_PAGE_COUNT = "PRAGMA max_page_count={:d}"
+BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+SAVEPOINT = "SAVEPOINT job"
+RELEASE_SAVEPOINT = "RELEASE job"
+ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO job"
+HAS_VERSION_TABLE = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_version'"
+GET_VERSION = "SELECT version FROM schema_version"
+INSERT_VERSION = "INSERT INTO schema_version (version) VALUES (?)"
+SET_VERSION = "UPDATE schema_version SET version = ?"
+
+# -- threads --------------------------------------------------------------------------
+
+# Every thread row is inserted by this one statement (a root: parent NULL, 0).
+INSERT_THREAD = """
+INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
+"""
+GET_THREAD = f"SELECT {THREAD_COLS} FROM threads WHERE id = ?"
+THREAD_EXISTS = "SELECT 1 FROM threads WHERE id = ?"
+PARENT_OF = "SELECT parent_id, parent_seq FROM threads WHERE id = ?"
+LEASE_TOKEN = "SELECT lease_token FROM threads WHERE id = ?"
+# A live lease is left alone: the slice running under it keeps its thread.
+RETRY_THREAD = """
+UPDATE threads SET status = 'active', failures = 0, error = NULL, updated_at = ?1,
+    lease_expires = CASE WHEN lease_token IS NOT NULL AND lease_expires > ?1 THEN lease_expires ELSE 0 END
+WHERE id = ?2
+"""
+RELEASE = """
+UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = ?,
+    failures = failures + ?, error = coalesce(?, error),
+    status = CASE WHEN ? THEN 'failed' ELSE status END, updated_at = ?
+WHERE id = ? AND lease_token = ?
+"""
+RENEW_LEASE = "UPDATE threads SET lease_expires = ? WHERE id = ? AND lease_token = ?"
+
+# -- inputs ---------------------------------------------------------------------------
+
+INSERT_INPUT_KEY = """
+INSERT INTO input_keys (thread_id, dedup_key, input_id) VALUES (?, ?, ?)
+ON CONFLICT (thread_id, dedup_key) DO NOTHING
+"""
+INPUT_OF_KEY = "SELECT input_id FROM input_keys WHERE thread_id = ? AND dedup_key = ?"
+DELETE_INPUT = "DELETE FROM inputs WHERE id = ?"
+
+
+@lru_cache(maxsize=64)
+def delete_consumed(count: int) -> str:
+    """The statement deleting ``count`` consumed inputs (thread id, then the input ids)."""
+    return f"DELETE FROM inputs WHERE thread_id = ? AND id IN ({','.join('?' * count)})"
+
+
+# -- outbox ---------------------------------------------------------------------------
+
+EXPIRED_CALLS = """
+SELECT id, thread_id, call_id, tool, idempotent FROM outbox
+WHERE status = 'running' AND lease_expires <= ? ORDER BY lease_expires LIMIT 256
+"""
+CALL_PENDING_AGAIN = """
+UPDATE outbox SET status = 'pending', available_at = ?, lease_token = NULL, lease_owner = NULL,
+    lease_expires = 0
+WHERE id = ?
+"""
+CALL_UNKNOWN = """
+UPDATE outbox SET status = 'unknown', finished_at = ?, lease_token = NULL, lease_owner = NULL,
+    last_error = 'lease expired while running'
+WHERE id = ?
+"""
+TAKE_OPEN_CALL = """
+DELETE FROM outbox WHERE thread_id = ? AND call_id = ? AND status IN ('pending', 'running')
+RETURNING tool
+"""
+CALL_RETRY = """
+UPDATE outbox SET status = 'pending', available_at = ?, last_error = ?, lease_token = NULL,
+    lease_owner = NULL, lease_expires = 0
+WHERE id = ? AND status = 'running' AND lease_token = ?
+"""
+CALL_DONE = """
+DELETE FROM outbox WHERE id = ? AND status = 'running' AND lease_token = ?
+RETURNING thread_id, call_id, tool
+"""
+CALL_DEAD = """
+UPDATE outbox SET status = 'dead', finished_at = ?, last_error = ?, lease_token = NULL,
+    lease_owner = NULL, lease_expires = 0
+WHERE id = ? AND status = 'running' AND lease_token = ?
+RETURNING thread_id, call_id, tool
+"""
+
+# -- reads ----------------------------------------------------------------------------
+
+HISTORY_ASC = f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+HISTORY_DESC = (
+    f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
+)
+THREAD_PAGE = f"SELECT {THREAD_COLS} FROM threads WHERE id > ? ORDER BY id LIMIT ?"
+OUTBOX_PAGE = f"""
+SELECT {OUTBOX_COLS} FROM outbox WHERE id > ?1 AND (?2 IS NULL OR status = ?2) ORDER BY id LIMIT ?3
+"""
+HAS_WORK = """
+SELECT EXISTS (SELECT 1 FROM threads WHERE ready_key IS NOT NULL AND ready_at <= ?)
+    OR EXISTS (SELECT 1 FROM threads WHERE lease_token IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM outbox WHERE status IN ('pending', 'running'))
+"""
+THREADS_BY_STATUS = "SELECT status, COUNT(*) FROM threads GROUP BY status"
+THREADS_READY = "SELECT COUNT(*) FROM threads WHERE ready_key IS NOT NULL AND ready_at <= ?"
+THREADS_LEASED = "SELECT COUNT(*) FROM threads WHERE lease_token IS NOT NULL"
+INPUTS_BY_PRIORITY = "SELECT priority, COUNT(*) FROM inputs GROUP BY priority"
+OUTBOX_BY_STATUS = "SELECT status, COUNT(*) FROM outbox GROUP BY status"
+MESSAGE_COUNT = "SELECT COUNT(*) FROM messages"
+
+# -- deleting threads -----------------------------------------------------------------
+
+IN_IDS = "(SELECT value FROM json_each(?))"
+CHILDREN = f"SELECT id FROM threads WHERE parent_id IN {IN_IDS}"
+LEASED_AMONG = f"""
+SELECT id FROM threads WHERE id IN {IN_IDS} AND lease_token IS NOT NULL AND lease_expires > ? LIMIT 1
+"""
+DROP_REFS_OF = f"DELETE FROM blob_refs WHERE thread_id IN {IN_IDS} RETURNING ref"
+#: one statement per table whose rows belong to a thread (rows.THREAD_TABLES)
+DROP_ROWS_OF = tuple(f"DELETE FROM {table} WHERE thread_id IN {IN_IDS}" for table in THREAD_TABLES)
+DROP_THREADS = f"DELETE FROM threads WHERE id IN {IN_IDS}"
+REF_USED = "SELECT 1 FROM blob_refs WHERE ref = ? LIMIT 1"
+
+# -- blobs ----------------------------------------------------------------------------
+
+INSERT_CHUNK = "INSERT INTO blob_chunks (ref, idx, data) VALUES (?, ?, ?)"
+INSERT_REF = "INSERT INTO blob_refs (thread_id, ref) VALUES (?, ?) ON CONFLICT DO NOTHING"
+BLOB_SIZE = "SELECT size FROM blobs WHERE ref = ?"
+# Start (or adopt) the move of a new blob's chunks: an invisible row, size -1.
+MARK_BLOB = """
+INSERT INTO blobs (ref, size, chunk_size, created_at) VALUES (?1, -1, ?2, ?3)
+ON CONFLICT (ref) DO UPDATE SET created_at = excluded.created_at WHERE blobs.size < 0
+"""
+MOVE_CHUNKS = "UPDATE OR IGNORE blob_chunks SET ref = ?1 WHERE ref = ?2 AND idx >= ?3 AND idx < ?4"
+DROP_CHUNK_RANGE = "DELETE FROM blob_chunks WHERE ref = ?1 AND idx >= ?2 AND idx < ?3"
+DROP_CHUNKS = "DELETE FROM blob_chunks WHERE ref = ?"
+DROP_BLOB = "DELETE FROM blobs WHERE ref = ?"
+COUNT_CHUNKS = "SELECT count(*) FROM blob_chunks WHERE ref = ?"
+COMPLETE_BLOB = """
+INSERT INTO blobs (ref, size, chunk_size, created_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (ref) DO UPDATE SET size = excluded.size, chunk_size = excluded.chunk_size,
+    created_at = excluded.created_at
+WHERE blobs.size < 0
+"""
+# The blob if the thread or one of its ancestors refers to it (complete blobs only).
+VISIBLE_BLOB = """
+WITH RECURSIVE line (id, parent_id) AS (
+    SELECT id, parent_id FROM threads WHERE id = ?1
+    UNION ALL
+    SELECT t.id, t.parent_id FROM threads t JOIN line ON t.id = line.parent_id
+)
+SELECT b.size, b.chunk_size FROM blobs b
+WHERE b.ref = ?2 AND b.size >= 0
+  AND EXISTS (SELECT 1 FROM line JOIN blob_refs r ON r.thread_id = line.id AND r.ref = ?2)
+"""
+CHUNK_ROWS = "SELECT id, idx FROM blob_chunks WHERE ref = ? AND idx >= ? AND idx < ? ORDER BY idx"
+SWEEP_TMP_CHUNKS = "DELETE FROM blob_chunks WHERE ref >= ? AND ref < ?"
+STALE_MARKERS = "SELECT ref FROM blobs WHERE size < 0 AND created_at < ?"
+
+
+# -- dormant doctor (read-only) -------------------------------------------------------
+
+DOCTOR_PROBE = "SELECT 1 FROM sqlite_master LIMIT 1"
+DOCTOR_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+DOCTOR_CHECK = "PRAGMA {}(20)"  # quick_check or integrity_check
+DOCTOR_FOREIGN_KEYS = "PRAGMA foreign_key_check"
+DOCTOR_PAGE_SIZE = "PRAGMA page_size"
+DOCTOR_PAGE_COUNT = "PRAGMA page_count"
+DOCTOR_FREELIST = "PRAGMA freelist_count"
+DOCTOR_VERSION = "SELECT max(version) FROM schema_version"
+DOCTOR_THREADS = "SELECT COUNT(*) FROM threads"
+DOCTOR_FAILED = "SELECT COUNT(*) FROM threads WHERE status = 'failed'"
+DOCTOR_FAILED_SAMPLE = (
+    "SELECT id, failures, error FROM threads WHERE status = 'failed' ORDER BY updated_at DESC LIMIT ?"
+)
+_EXPIRED = "lease_token IS NOT NULL AND lease_expires <= ?"
+DOCTOR_EXPIRED = f"SELECT COUNT(*) FROM threads WHERE {_EXPIRED}"
+DOCTOR_EXPIRED_SAMPLE = f"SELECT id, lease_owner FROM threads WHERE {_EXPIRED} ORDER BY lease_expires LIMIT ?"
+# ready_key is when the oldest ready input became claimable (plus at most a minute of
+# priority aging): older than ?1 and not leased means no worker took it
+DOCTOR_OVERDUE_THREADS = (
+    "SELECT COUNT(*) FROM threads WHERE ready_key IS NOT NULL AND ready_key <= ? AND lease_expires <= ?"
+)
+DOCTOR_EXPIRED_CALLS = "SELECT COUNT(*) FROM outbox WHERE status = 'running' AND lease_expires <= ?"
+DOCTOR_OVERDUE_CALLS = "SELECT COUNT(*) FROM outbox WHERE status = 'pending' AND available_at <= ?"
+# a dead-lettered or unknown call must have had its (error) result admitted to its
+# thread in the same transaction: its dedup key (the call id) is then known
+_UNDELIVERED = (
+    "FROM outbox o WHERE o.status IN ('dead', 'unknown') AND NOT EXISTS "
+    "(SELECT 1 FROM input_keys k WHERE k.thread_id = o.thread_id AND k.dedup_key = o.call_id)"
+)
+DOCTOR_UNDELIVERED = f"SELECT COUNT(*) {_UNDELIVERED}"
+DOCTOR_UNDELIVERED_SAMPLE = f"SELECT o.thread_id, o.call_id, o.status {_UNDELIVERED} ORDER BY o.id LIMIT ?"
+# a thread waits for `awaiting` results: each is an open call or an admitted result
+_STALLED = """
+FROM (
+    SELECT t.id, t.awaiting,
+        (SELECT COUNT(*) FROM outbox o WHERE o.thread_id = t.id AND o.status IN ('pending', 'running'))
+      + (SELECT COUNT(*) FROM inputs i WHERE i.thread_id = t.id AND i.kind = 'tool_result') AS n
+    FROM threads t WHERE t.awaiting > 0)
+WHERE awaiting > n
+"""
+DOCTOR_STALLED = f"SELECT COUNT(*) {_STALLED}"
+DOCTOR_STALLED_SAMPLE = f"SELECT id, awaiting, n {_STALLED} ORDER BY id LIMIT ?"

@@ -1,0 +1,101 @@
+"""The slice runner's failure policy and reply cleaning, over the in-memory store."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+
+import pytest
+
+from dormant.agent import Agent
+from dormant.config import Settings
+from dormant.errors import ModelError
+from dormant.metrics import RuntimeStats
+from dormant.models.base import ModelReply, ModelRequest
+from dormant.models.scripted import ScriptedModel
+from dormant.records import Claim, NewInput, Thread, ToolCall
+from dormant.runner import SliceRunner, clean_reply, failures_of
+from dormant.store.sqlite import SQLiteStore
+from tests.helpers import FakeClock
+
+CAP = 120.0
+
+
+class Released(SQLiteStore):
+    """Records the retry time of each release."""
+
+    retry_at: list[float]
+
+    async def release(
+        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+    ) -> None:
+        self.retry_at.append(retry_at)
+        await super().release(claim, retry_at=retry_at, error=error, fail=fail)
+
+
+@pytest.fixture
+async def store(clock: FakeClock) -> AsyncIterator[Released]:
+    s = Released("memory://", clock=clock)
+    s.retry_at = []
+    await s.open()
+    yield s
+    await s.close()
+
+
+def runner_for(store: SQLiteStore, clock: FakeClock, retry_after: float) -> SliceRunner:
+    def script(req: ModelRequest) -> ModelReply:
+        raise ModelError("slow down", retry_after=retry_after)
+
+    agent = Agent(name="a", model=ScriptedModel(script), builtins=False)
+    settings = Settings.build(retry_after_max_s=CAP, retry_base_s=0.5, retry_max_s=5.0)
+    return SliceRunner(
+        store,
+        {"a": agent},
+        settings,
+        RuntimeStats(),
+        clock=clock,
+        hold=lambda s: None,
+        on_commit=lambda: None,
+        on_damage=lambda exc: None,
+    )
+
+
+@pytest.mark.parametrize("retry_after", [math.inf, 1e12, CAP * 10])
+async def test_a_huge_retry_after_is_capped(store: Released, clock: FakeClock, retry_after: float) -> None:
+    """Issue 12.8: ``Retry-After: inf`` (or 1e12) must not put a thread off for ever."""
+    await store.admit([NewInput(thread_id="t1", kind="user", dedup_key="k", content="hi", agent="a")])
+    (claim,) = await store.claim_threads("w", 1, 30.0)
+    await runner_for(store, clock, retry_after).run(claim)
+    (retry_at,) = store.retry_at
+    assert clock.now < retry_at <= clock.now + CAP
+
+
+async def test_a_small_retry_after_is_honoured(store: Released, clock: FakeClock) -> None:
+    await store.admit([NewInput(thread_id="t1", kind="user", dedup_key="k", content="hi", agent="a")])
+    (claim,) = await store.claim_threads("w", 1, 30.0)
+    await runner_for(store, clock, 30.0).run(claim)
+    assert store.retry_at == [clock.now + 30.0]
+
+
+def test_clean_reply_cleans_text_and_calls_and_keeps_clean_replies() -> None:
+    """Issue 12.5: a model reply with NUL or lone surrogates is cleaned before it is stored."""
+    dirty = ModelReply(
+        text="a\x00b \udc80",
+        tool_calls=(ToolCall(id="c\x001", name="ls", arguments='{"p": "\udcff\x00"}'),),
+    )
+    cleaned = clean_reply(dirty)
+    assert cleaned.text == "ab \ufffd"
+    assert cleaned.tool_calls == (ToolCall(id="c1", name="ls", arguments='{"p": "\ufffd"}'),)
+    fine = ModelReply(text="ok", tool_calls=(ToolCall(id="c1", name="ls", arguments="{}"),))
+    assert clean_reply(fine) is fine
+
+
+def test_failures_read_the_claims_attempt_count_when_it_has_one() -> None:
+    """Issue 12.1 (runtime part): attempts counted at claim time win over the thread's count."""
+    thread = Thread(id="t1", agent="a", failures=1)
+    assert failures_of(Claim(thread_id="t1", token="x", expires_at=0.0), thread) == 2
+
+    class Counted(Claim, frozen=True, kw_only=True):
+        attempts: int = 0
+
+    assert failures_of(Counted(thread_id="t1", token="x", expires_at=0.0, attempts=7), thread) == 7
