@@ -3,7 +3,7 @@
 A subject is named by ``--subject KEY`` or by identity parts (``--identity
 phone=+15550100 --identity device=ios-1``, bound and registered on the way).
 Every listing is paged (``--limit``, ``--cursor``); ``--json`` prints one JSON
-object per line. The memory lives in the store's SQLite file.
+object per line. The memory lives in the store (`--store`, any store URL), in its tables.
 """
 
 from __future__ import annotations
@@ -20,16 +20,17 @@ import msgspec
 import typer
 
 from .cli_base import StoreOpt, err, fail, out
-from .config import DEFAULT_STORE
+from .config import DEFAULT_STORE, Settings
 from .errors import DormantError, InvalidInput, UsageError
 from .memory.binding import bind
+from .memory.blocking import blocking_store
 from .memory.chunking import DEFAULT_CHUNK_CHARS, chunk_text
 from .memory.core import MemoryCore
 from .memory.dictionary import load_dictionary
 from .memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
 from .memory.ranking import FilterSpec
 from .memory.records import DEFAULT_TENANT, MEMORY_KINDS, MemoryKind, MemoryRecord, NewMemory, TagValue
-from .memory.urls import open_backend
+from .store import open_store, store_options
 
 memory_app = typer.Typer(
     help="Long-term memory: records bound to identities, hybrid recall.", no_args_is_help=True
@@ -78,18 +79,17 @@ def _embedder(name: EmbedderName) -> Embedder | None:
 
 @contextmanager
 def opened(store: str, embedder: EmbedderName) -> Iterator[MemoryCore]:
-    """The memory of ``store``; expected errors become one ``error:`` line."""
+    """The memory of ``store`` (opened like every command opens it, its loop in a thread of
+    its own); expected errors become one ``error:`` line."""
     try:
-        core = MemoryCore(open_backend(store), _embedder(embedder))
+        with blocking_store(open_store(store, **store_options(store, Settings.from_env()))) as opened:
+            core = MemoryCore(opened.memory_rows(), _embedder(embedder))
+            try:
+                yield core
+            finally:
+                core.flush()
     except DormantError as exc:
         fail(exc)
-    try:
-        yield core
-    except DormantError as exc:
-        fail(exc)
-    finally:
-        core.flush()
-        core.backend.close()
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, str]:

@@ -1,21 +1,30 @@
-"""Memory operations on every memory backend (SQLite today): scope, supersession, rebind, paging.
+"""Memory operations on every store backend (ram, sqlite, postgres): scope, supersession,
+rebind, paging.
 
-Each test gets a :class:`MemoryCore` on a fresh database with the deterministic
-hashing embedder.
+Each test opens a fresh store of the contract backend on an event loop in a thread of
+its own (as a runtime would run it) and drives a :class:`MemoryCore` over the store's
+memory rows from the test's thread (as ``Memory`` does from a worker thread), with
+the deterministic hashing embedder.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
-from dormant.errors import InvalidInput, NotFound, SchemaError
+from dormant.errors import InvalidInput, NotFound, UsageError
 from dormant.memory import FilterSpec, HashingEmbedder, MemoryCore, MemoryRecord, NewMemory, RecallMode, bind
-from dormant.memory.sqlite_backend import SQLiteMemoryBackend
-from dormant.memory.urls import open_backend
+from dormant.store.base import Store
+from dormant.store.sqlite import SQLiteStore
+from tests.contract.conftest import Backend
+from tests.helpers import FakeClock
+
+R = TypeVar("R")
 
 T = "default"
 ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
@@ -23,19 +32,39 @@ BOB = bind({"phone": "+15550100", "device": "bob-tablet"})  # same phone, other 
 NEW_DEVICE = bind({"phone": "+15550100", "device": "alice-new-phone"})
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database of each memory backend (PostgreSQL: a fresh schema; skipped without a server)."""
-    if request.param == "postgres":
-        return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path}/m.db"
+class LoopThread:
+    """An event loop running in a thread of its own, where the store lives."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, R]) -> R:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
 
 
 @pytest.fixture
-def core(backend_url: str) -> Iterator[MemoryCore]:
-    c = MemoryCore(open_backend(backend_url), HashingEmbedder(64))
+def opened(backend: Backend, tmp_path: Path, clock: FakeClock) -> Iterator[tuple[LoopThread, Store]]:
+    """A fresh, open store of the contract backend, on its own loop thread."""
+    loops = LoopThread()
+    store = backend.make(tmp_path, clock)
+    loops.run(store.open())
+    yield loops, store
+    loops.run(store.close())
+    loops.stop()
+
+
+@pytest.fixture
+def core(opened: tuple[LoopThread, Store]) -> Iterator[MemoryCore]:
+    c = MemoryCore(opened[1].memory_rows(), HashingEmbedder(64))
     yield c
-    c.backend.close()
+    c.flush()
 
 
 def add(
@@ -183,12 +212,18 @@ def test_cjk_recall(core: MemoryCore) -> None:
 
 
 def test_without_the_vector_extension_recall_degrades_and_says_so(tmp_path: Path) -> None:
-    core = MemoryCore(SQLiteMemoryBackend(str(tmp_path / "nv.db"), load_vec=False), HashingEmbedder(64))
-    add(core, ALICE, "the parcel was boxed")
-    out = core.recall(T, [ALICE], "parcel", now=10_000.0)
-    assert [h.record.text for h in out.hits] == ["the parcel was boxed"]
-    assert out.degraded and "vector" in out.degraded[0]
-    core.backend.close()
+    loops = LoopThread()
+    store = SQLiteStore(f"sqlite:///{tmp_path}/nv.db", vectors=False)
+    loops.run(store.open())
+    try:
+        core = MemoryCore(store.memory_rows(), HashingEmbedder(64))
+        add(core, ALICE, "the parcel was boxed")
+        out = core.recall(T, [ALICE], "parcel", now=10_000.0)
+        assert [h.record.text for h in out.hits] == ["the parcel was boxed"]
+        assert out.degraded and "vector" in out.degraded[0]
+    finally:
+        loops.run(store.close())
+        loops.stop()
 
 
 def test_vectors_find_records_without_shared_words(core: MemoryCore) -> None:
@@ -234,12 +269,41 @@ def test_rebind_under_concurrent_writes_loses_nothing(core: MemoryCore) -> None:
     assert texts(core, [BOB], "memory") == []
 
 
-def test_schema_is_migrated_once_and_newer_refused(tmp_path: Path) -> None:
-    path = str(tmp_path / "s.db")
-    b = SQLiteMemoryBackend(path)
-    b.close()
-    b = SQLiteMemoryBackend(path)  # reopening applies nothing twice
-    b._conn.execute("INSERT INTO memory_schema VALUES (9999, '9999_future.sql')")
-    b.close()
-    with pytest.raises(SchemaError):
-        SQLiteMemoryBackend(path)
+def test_memory_writes_are_the_store_writers_commits(tmp_path: Path) -> None:
+    """A memory write is a job of the store's group-committing writer, in the store's file."""
+    loops = LoopThread()
+    store = SQLiteStore(f"sqlite:///{tmp_path}/one.db")
+    loops.run(store.open())
+    try:
+        core = MemoryCore(store.memory_rows(), HashingEmbedder(64))
+        add(core, ALICE, "the first add also records the embedder")
+        before = store.commits
+        add(core, ALICE, "the parcel was boxed")
+        assert store.commits == before + 1
+    finally:
+        loops.run(store.close())
+        loops.stop()
+    # the record is in the store's own file, readable by a store opened again
+    loops = LoopThread()
+    again = SQLiteStore(f"sqlite:///{tmp_path}/one.db")
+    loops.run(again.open())
+    try:
+        assert texts(MemoryCore(again.memory_rows(), HashingEmbedder(64)), [ALICE], "parcel") == [
+            "the parcel was boxed"
+        ]
+    finally:
+        loops.run(again.close())
+        loops.stop()
+
+
+async def test_memory_rows_refuse_the_stores_own_event_loop(tmp_path: Path) -> None:
+    """Called on the loop the store runs on, a memory operation raises instead of deadlocking."""
+    store = SQLiteStore(f"sqlite:///{tmp_path}/loop.db")
+    await store.open()
+    try:
+        core = MemoryCore(store.memory_rows(), HashingEmbedder(64))
+        with pytest.raises(UsageError, match="worker thread"):
+            add(core, ALICE, "blocked")
+        assert (await asyncio.to_thread(add, core, ALICE, "fine")) != ""
+    finally:
+        await store.close()

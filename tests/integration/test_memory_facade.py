@@ -12,7 +12,7 @@ from dormant.memory import HashingEmbedder, Memory
 
 
 async def test_memory_api_end_to_end(tmp_path: Path) -> None:
-    async with Memory.open(f"sqlite:///{tmp_path}/m.db", embedder=HashingEmbedder(64)) as mem:
+    async with await Memory.open(f"sqlite:///{tmp_path}/m.db", embedder=HashingEmbedder(64)) as mem:
         alice = await mem.bind({"phone": "+1 555 0100", "device": "a"})
         bob = await mem.bind({"phone": "+15550100", "device": "b"})
         assert (await mem.keys_for("phone", "+15550100")).items == tuple(sorted([alice, bob]))
@@ -35,6 +35,6 @@ async def test_memory_api_end_to_end(tmp_path: Path) -> None:
             "Bob's order ORD-2 was dispatched"
         ]
     # access counts were written at close
-    async with Memory.open(f"sqlite:///{tmp_path}/m.db", embedder=HashingEmbedder(64)) as again:
+    async with await Memory.open(f"sqlite:///{tmp_path}/m.db", embedder=HashingEmbedder(64)) as again:
         rec = await again.get([alice], first.record.id)
         assert rec.access_count == 8 and rec.last_access_at is not None

@@ -10,7 +10,7 @@ def test_public_names() -> None:
         "DEFAULT_TENANT", "HYBRID", "AddResult", "Dictionary", "Embedder", "FilterSpec", "HashingEmbedder",
         "Memory", "MemoryBackend", "MemoryChange", "MemoryConfig", "MemoryCore", "MemoryKind", "MemoryPage",
         "MemoryRecord", "MiniLMEmbedder", "NewMemory", "RankingPolicy", "Recall", "RecallHit", "RecallMode",
-        "SQLiteMemoryBackend", "SupersessionRules", "bind",
+        "SupersessionRules", "bind",
     ])  # fmt: skip
     for name in dormant.memory.__all__:
         assert getattr(dormant.memory, name) is not None

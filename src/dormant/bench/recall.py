@@ -25,17 +25,19 @@ import os
 import random
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from ..memory.blocking import blocking_store
 from ..memory.core import HYBRID, MemoryConfig, MemoryCore, RecallMode
 from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
 from ..memory.ranking import RankingPolicy
 from ..memory.records import MemoryKind, NewMemory, TagValue
-from ..memory.sqlite_backend import SQLiteMemoryBackend
+from ..store.sqlite import SQLiteStore
 from .recall_eval import CachingEmbedder, RandomEmbedder, percentile, run_queries
 from .recall_suite import CHANNELS, DICTIONARY, PRODUCTS, SMALL_TALK, STREETS, T0, T_END, Suite, build_suite
 
@@ -80,15 +82,26 @@ def fill_suite(core: MemoryCore, suite: Suite) -> list[str]:
     return ids
 
 
+def _core(stack: ExitStack, path: Path, embedder: Embedder, config: MemoryConfig) -> MemoryCore:
+    """A MemoryCore over a fresh SQLite store at ``path`` (its loop on a thread, closed with ``stack``)."""
+    store = stack.enter_context(blocking_store(SQLiteStore(f"sqlite:///{_fresh(path)}")))
+    return MemoryCore(store.memory_rows(), embedder, config)
+
+
 def quality(params: dict[str, Any], out: Path) -> dict[str, Any]:
     """Phase 1: the suite, hybrid and baselines, variants."""
+    with ExitStack() as stack:
+        return _quality(params, out, stack)
+
+
+def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, Any]:
     suite = build_suite(subjects=int(params["subjects"]), rich=int(params["rich"]), seed=int(params["seed"]))
     rss_before = rss()
     inner: Embedder = HashingEmbedder(384) if params["embedder"] == "hashing" else MiniLMEmbedder(batch=64)
     embedder = CachingEmbedder(inner)
     config = MemoryConfig(touch_on_recall=False)
-    with_dict = MemoryCore(SQLiteMemoryBackend(_fresh(out / "quality.db")), embedder, config)
-    no_dict = MemoryCore(SQLiteMemoryBackend(_fresh(out / "quality_nodict.db")), embedder, config)
+    with_dict = _core(stack, out / "quality.db", embedder, config)
+    no_dict = _core(stack, out / "quality_nodict.db", embedder, config)
     with_dict.save_dictionary(TENANT, DICTIONARY)
     t = time.perf_counter()
     ids = fill_suite(with_dict, suite)
@@ -181,10 +194,15 @@ def _synthetic(rng: random.Random, subject: str, n: int, t0: float) -> list[NewM
 
 def latency(params: dict[str, Any], out: Path, progress: bool) -> dict[str, Any]:
     """Phase 2: fill to ``memories`` records; time recall at four fill levels."""
+    with ExitStack() as stack:
+        return _latency(params, out, progress, stack)
+
+
+def _latency(params: dict[str, Any], out: Path, progress: bool, stack: ExitStack) -> dict[str, Any]:
     total = int(params["memories"])
     per_subject = int(params["per_subject"])
     n_queries = int(params["latency_queries"])
-    core = MemoryCore(SQLiteMemoryBackend(_fresh(out / "latency.db")), RandomEmbedder(384), MemoryConfig())
+    core = _core(stack, out / "latency.db", RandomEmbedder(384), MemoryConfig())
     rng = random.Random(int(params["seed"]) + 1)
     subjects: list[str] = []
     pending: list[NewMemory] = []

@@ -21,7 +21,6 @@ from .records import (
     Recall,
     RecallHit,
 )
-from .sqlite_backend import SQLiteMemoryBackend
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -45,7 +44,6 @@ __all__ = [
     "Recall",
     "RecallHit",
     "RecallMode",
-    "SQLiteMemoryBackend",
     "SupersessionRules",
     "bind",
 ]

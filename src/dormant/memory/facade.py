@@ -1,4 +1,4 @@
-"""``Memory``: the async API of long-term memory (``rt.memory`` once it is wired into the runtime).
+"""``Memory``: the async API of long-term memory (``rt.memory`` on a runtime).
 
 Every method runs the :class:`~dormant.memory.core.MemoryCore` operation in a
 worker thread (``asyncio.to_thread``), so neither the embedder nor the database
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .backend import AddResult, MemoryBackend, RebindMode
 from .core import HYBRID, MemoryConfig, MemoryCore, RecallMode
@@ -27,7 +28,9 @@ from .records import (
     Recall,
     TagValue,
 )
-from .urls import open_backend
+
+if TYPE_CHECKING:
+    from ..store.base import Store
 
 
 class Memory:
@@ -36,12 +39,30 @@ class Memory:
     Use as an async context manager (or call :meth:`close`).
     """
 
-    def __init__(self, core: MemoryCore, *, tenant: str = DEFAULT_TENANT) -> None:
+    def __init__(self, core: MemoryCore, *, tenant: str = DEFAULT_TENANT, owned: Store | None = None) -> None:
         self.core = core
         self.tenant = tenant
+        self._owned = owned
 
     @classmethod
-    def open(
+    async def on_store(
+        cls,
+        store: Store,
+        *,
+        embedder: Embedder | None = None,
+        config: MemoryConfig | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> Memory:
+        """Memory over an open store's rows (``embedder=None``: MiniLM, loaded on first use).
+
+        The store stays the caller's: :meth:`close` flushes access counts, it does not
+        close the store."""
+        backend: MemoryBackend = await asyncio.to_thread(store.memory_rows)
+        chosen = embedder if embedder is not None else MiniLMEmbedder()
+        return cls(MemoryCore(backend, chosen, config), tenant=tenant)
+
+    @classmethod
+    async def open(
         cls,
         url: str,
         *,
@@ -49,13 +70,19 @@ class Memory:
         config: MemoryConfig | None = None,
         tenant: str = DEFAULT_TENANT,
     ) -> Memory:
-        """Memory on a store URL (``sqlite:///path``, ``:memory:``, ``postgresql://...``).
+        """Memory on a store URL (``sqlite:///path``, ``memory://``, ``postgresql://...``):
+        opens (creating or migrating) the store, which :meth:`close` closes."""
+        from ..store import open_store
 
-        ``embedder=None``: MiniLM, loaded on first use."""
-        backend: MemoryBackend = open_backend(url)
-        return cls(
-            MemoryCore(backend, embedder if embedder is not None else MiniLMEmbedder(), config), tenant=tenant
-        )
+        store = open_store(url)
+        await store.open()
+        try:
+            memory = await cls.on_store(store, embedder=embedder, config=config, tenant=tenant)
+        except BaseException:
+            await store.close()
+            raise
+        memory._owned = store
+        return memory
 
     async def __aenter__(self) -> Memory:
         return self
@@ -64,9 +91,13 @@ class Memory:
         await self.close()
 
     async def close(self) -> None:
-        """Write pending access counts and close the backend's connection."""
-        await asyncio.to_thread(self.core.flush)
-        await asyncio.to_thread(self.core.backend.close)
+        """Write pending access counts; close the store if :meth:`open` opened it."""
+        try:
+            await asyncio.to_thread(self.core.flush)
+        finally:
+            if self._owned is not None:
+                store, self._owned = self._owned, None
+                await store.close()
 
     async def add(
         self,

@@ -24,7 +24,9 @@ from :class:`BackendDefaults` (so no caller probes with ``getattr``):
 :meth:`Backend.subscribe` (wake-up hints; fallback: none, callers poll),
 :meth:`Backend.exists` (fallback: True), :attr:`Backend.commits` (fallback: 0),
 :attr:`Backend.path` (fallback: None), :attr:`Backend.persistent` (fallback: True),
-:meth:`Backend.diagnose` (fallback: UsageError, no doctor for this backend).
+:meth:`Backend.diagnose` (fallback: UsageError, no doctor for this backend),
+:meth:`Backend.memory_rows` (long-term memory's rows on this backend's connections;
+fallback: UsageError, no memory on this backend).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from ..records import (
 
 if TYPE_CHECKING:
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
 
 
 class SliceReader(Protocol):
@@ -280,6 +283,12 @@ class Backend(Protocol):
         damaged). Fallback: UsageError (this backend has no doctor)."""
         ...
 
+    def memory_rows(self) -> MemoryBackend:
+        """The rows of long-term memory (issue 15) in this database, through this
+        backend's own connections, writer and error translation (open store only).
+        Fallback: UsageError (no memory on this backend)."""
+        ...
+
 
 class BackendDefaults:
     """The fallbacks of the optional abilities of :class:`Backend`."""
@@ -315,3 +324,8 @@ class BackendDefaults:
         raise UsageError(
             f"dormant doctor examines SQLite stores (sqlite:///path.db) only, not {scheme}:// stores"
         )
+
+    def memory_rows(self) -> MemoryBackend:
+        """No long-term memory on this backend."""
+        scheme = self.url.split(":", 1)[0]
+        raise UsageError(f"{scheme}:// stores hold no long-term memory")

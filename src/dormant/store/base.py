@@ -32,6 +32,7 @@ from ..records import (
 if TYPE_CHECKING:
     from ..cache import ViewCache
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
     from .views import ViewReads
 
 #: Largest page any paged read returns, whatever the caller asks for.
@@ -77,6 +78,12 @@ class Store(Protocol):
     def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
         """``dormant doctor``: examine the database without opening the store; UsageError
         for a store doctor cannot examine."""
+        ...
+
+    def memory_rows(self) -> MemoryBackend:
+        """The rows of long-term memory in this store, through the store's own
+        connections (open store only); :class:`~dormant.memory.core.MemoryCore` puts its
+        rules over them. UsageError for a store that holds no memory."""
         ...
 
     async def open(self) -> None:

@@ -43,6 +43,7 @@ from .views import ViewReads, load_view
 
 if TYPE_CHECKING:
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
@@ -197,6 +198,11 @@ class StoreCore:
     def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
         """``dormant doctor`` for this database (UsageError if it has none)."""
         return self.backend.diagnose(quick=quick, now=now, stuck_after_s=stuck_after_s)
+
+    def memory_rows(self) -> MemoryBackend:
+        """Long-term memory's rows in this store (the backend's; the rules are
+        :class:`~dormant.memory.core.MemoryCore`'s, put over them by the caller)."""
+        return self.backend.memory_rows()
 
     # -- threads ---------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import psycopg
@@ -44,6 +44,9 @@ from .driver import Conn, Rows, clean_text, encode, translate
 from .heartbeat import DbClock, Heartbeat
 from .reads import PgReads, PgSliceReader
 from .schema import migrate_schema
+
+if TYPE_CHECKING:
+    from ...memory.postgres_backend import PostgresMemoryBackend
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
 
 log = logging.getLogger("dormant.store.postgres")
@@ -90,6 +93,7 @@ class PostgresBackend(BackendDefaults):
         check_url(url)
         if pool_size < 1:
             raise UsageError(f"pool_size must be at least 1, not {pool_size}")
+        self._memory: PostgresMemoryBackend | None = None
         self.url = url
         self.pool_size = pool_size
         self.limits = WriterLimits(batch_jobs, batch_bytes, queue_jobs, queue_bytes)
@@ -187,8 +191,24 @@ class PostgresBackend(BackendDefaults):
         if self.listen and self._subscribers and self._writer is not None and self._listener is None:
             self._listener = asyncio.create_task(self._listen_loop(), name="dormant-pg-listener")
 
+    def memory_rows(self) -> PostgresMemoryBackend:
+        """Memory's rows in this database (tables in the URL's schema).
+
+        Not folded yet: this opens one connection of its own (and applies memory's own
+        migration) on first use, unlike SQLite, whose memory goes through the store's
+        writer. Blocking: call it from a worker thread.
+        """
+        if self._memory is None:
+            from ...memory.postgres_backend import PostgresMemoryBackend
+
+            self._memory = PostgresMemoryBackend(self.url)
+        return self._memory
+
     async def close(self) -> None:
         """Let queued writes finish, stop the writer and listener, close connections."""
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
         if self._writer is None:
             return
         writer = self._writer

@@ -20,6 +20,7 @@ statement (:mod:`~dormant.store.sqlite.reader`). The statements live in
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
@@ -49,16 +50,19 @@ from .connect import (
     MEMORY_SCHEME,
     connect,
     file_size,
+    load_vector_extension,
     memory_name,
     migrate_schema,
     path_from_url,
     translate,
 )
+from .memory import SQLiteMemoryBackend, StoreRows
 from .reader import ClaimBatches, SQLiteReader
 from .writer import Conn, GroupWriter, Job
 
 if TYPE_CHECKING:
     from ...doctor import Report
+    from ...memory.backend import MemoryBackend
 
 #: Page cache of the writer connection, which also serves the slices' reads: the hot
 #: pages of threads, inputs and the message index (SQLite's default is 2,000 KiB).
@@ -87,6 +91,7 @@ class SQLiteBackend(BackendDefaults):
         queue_bytes: int = 64 * 1024 * 1024,
         max_page_count: int | None = None,
         clock: Callable[[], float] = time.time,
+        vectors: bool = True,
     ) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
             raise UsageError(f"synchronous must be NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -105,6 +110,9 @@ class SQLiteBackend(BackendDefaults):
         # and how the fault tests fill the "disk"); see set_max_page_count
         self.max_page_count = max_page_count
         self.clock = clock
+        #: load sqlite-vec for memory's vector index (False: memory recalls by text + structure)
+        self.vectors = vectors
+        self._memory: SQLiteMemoryBackend | None = None
         self._reader: Conn | None = None
         self._writer: Conn | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -144,6 +152,12 @@ class SQLiteBackend(BackendDefaults):
 
         return diagnose(self.url, self._path, quick=quick, now=now, stuck_after_s=stuck_after_s)
 
+    def memory_rows(self) -> MemoryBackend:
+        """Memory's rows in this file, through this backend's writer and reader."""
+        if self._memory is None:
+            raise StoreError("the store is not open")
+        return self._memory
+
     # -- lifecycle -------------------------------------------------------------------
 
     def _connect(self, name: str, cache_kib: int) -> apsw.Connection:
@@ -181,6 +195,9 @@ class SQLiteBackend(BackendDefaults):
         # memory://: one connection serves writes and reads (nothing runs between a
         # batch's statements: the writer runs on the event loop's thread)
         self._reader = self._writer if self.memory else self._connect(name, READER_CACHE_KIB)
+        vectors = self.vectors and load_vector_extension(self._writer)
+        if vectors and self._reader is not self._writer:
+            vectors = load_vector_extension(self._reader)
         if self.writer_thread:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dormant-writer")
         self._closing = False
@@ -192,6 +209,8 @@ class SQLiteBackend(BackendDefaults):
             queue_jobs=self.queue_jobs,
             queue_bytes=self.queue_bytes,
         )
+        rows = StoreRows(asyncio.get_running_loop(), self._write, self._read)
+        self._memory = SQLiteMemoryBackend(rows, vector_available=vectors)
         await self.blobs.sweep()  # what puts that never finished left more than an hour ago
 
     def _damaged(self, exc: SchemaError) -> SchemaError:
@@ -233,6 +252,7 @@ class SQLiteBackend(BackendDefaults):
         for conn in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
             conn.close()
         self._reader = self._writer = None
+        self._memory = None
         self._batches.clear()
 
     # -- connections -----------------------------------------------------------------

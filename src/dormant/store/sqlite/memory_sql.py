@@ -1,23 +1,20 @@
-"""SQLite memory rows: record conversion, the structural filter as SQL, vector blobs, errors.
+"""SQLite memory rows: record conversion, the structural filter as SQL, vector blobs.
 
-The statements of each operation are in :mod:`~dormant.memory.sqlite_backend`; this
-module holds what they share.
+The statements of each operation are in :mod:`~dormant.store.sqlite.memory`; this
+module holds what they share. Driver errors are translated by the store's
+:func:`~dormant.store.sqlite.connect.translate`.
 """
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
-import apsw
 import msgspec
 
-from ..errors import DormantError, SchemaError, StoreError, StoreFull, StoreLocked
-from .ranking import FilterSpec
-from .records import MemoryRecord
+from ...memory.ranking import FilterSpec
+from ...memory.records import MemoryRecord
 
 Vector = tuple[float, ...]
 #: apsw rows are untyped; the converters below give them types
@@ -31,35 +28,7 @@ COLS = (
 #: scoped KNN reads a few chunks (measured: 0.8 ms at 20 records per subject).
 VEC_CHUNK = 8
 RCOLS = ", ".join("r." + x.strip() for x in COLS.split(","))
-_MIGRATION_RE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _decode_tags = msgspec.json.Decoder(dict[str, str | int | float | bool])
-
-
-def translate(exc: BaseException) -> BaseException:
-    """An apsw error as the dormant error a caller should see (others unchanged)."""
-    if isinstance(exc, DormantError) or not isinstance(exc, apsw.Error):
-        return exc
-    if isinstance(exc, apsw.FullError):
-        new: StoreError = StoreFull(f"the database or its disk is full: {exc}")
-    elif isinstance(exc, apsw.BusyError | apsw.LockedError):
-        new = StoreLocked(f"the database stayed locked past the busy timeout: {exc}")
-    elif isinstance(exc, apsw.CorruptError | apsw.NotADBError):
-        new = SchemaError(f"the database file is damaged: {exc}")
-    else:
-        new = StoreError(f"SQLite error: {exc}")
-    new.__cause__ = exc
-    return new
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    """The numbered migration files, ``(number, name, sql)``, in order."""
-    folder = resources.files(__package__).joinpath("migrations/sqlite")
-    out = []
-    for entry in folder.iterdir():
-        m = _MIGRATION_RE.match(entry.name)
-        if m:
-            out.append((int(m.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    return sorted(out)
 
 
 def pack(vec: Sequence[float]) -> bytes:

@@ -1,113 +1,128 @@
-"""SQLite memory backend: row operations, their SQL, and the migration runner.
+"""The SQLite store's memory rows: the :class:`~dormant.memory.backend.MemoryBackend` of
+:class:`~dormant.store.sqlite.backend.SQLiteBackend`, reached as its ``memory_backend``.
+
+The rows live in the store's file (tables from ``migrations/0003_memory_records.sql``)
+and go through the store's connections: each write is a job of the store's
+group-committing writer (same file, same transactions, errors translated by the
+store's :func:`~dormant.store.sqlite.connect.translate`), each read runs on the
+store's reader connection. :class:`StoreRows` hands the jobs to the event loop
+the store runs on; :class:`~dormant.memory.core.MemoryCore` calls this backend from
+a worker thread (the embedder must stay off the loop), so every method blocks
+that thread until the loop ran its job. Called on the loop's own thread, it
+raises instead of deadlocking.
 
 Full text is FTS5 (contentless, ``porter unicode61``, CJK pre-split into bigrams
 by :mod:`~dormant.memory.fulltext`); vectors are a ``sqlite-vec`` ``vec0`` table
 partitioned by subject, so a scoped KNN reads one subject's vectors only. When
-the extension cannot be loaded, :attr:`vector_available` is False and recall
-says it degraded to text + structure.
-
-Temporary: this opens its own apsw connection to the store's file (WAL lets it
-share the file with the store's connections). When the store core lands, these
-statements move into the SQLite backend and this connection goes away.
+the extension could not be loaded on the store's connections,
+:attr:`vector_available` is False and recall says it degraded to text + structure.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 import apsw
 import msgspec
 
-from ..errors import SchemaError, StoreError, UsageError
-from .backend import AddItem, AddResult, Decide, RebindMode, Search
-from .fulltext import index_text, match_expr
-from .ranking import Candidate, FilterSpec
-from .records import MemoryChange, MemoryRecord
-from .sqlite_rows import (
-    COLS as _COLS,
-)
-from .sqlite_rows import (
-    RCOLS as _RCOLS,
-)
-from .sqlite_rows import (
-    VEC_CHUNK,
-    Conn,
-    migrations,
-    pack,
-    translate,
-    unpack,
-)
-from .sqlite_rows import (
-    filter_sql as _filter,
-)
-from .sqlite_rows import (
-    marks as _in,
-)
-from .sqlite_rows import (
-    scope_phrase as _scope_phrase,
-)
-from .sqlite_rows import (
-    to_record as _record,
-)
+from ...errors import StoreError, UsageError
+from ...memory.backend import AddItem, AddResult, Decide, RebindMode, Search
+from ...memory.fulltext import index_text, match_expr
+from ...memory.ranking import Candidate, FilterSpec
+from ...memory.records import MemoryChange, MemoryRecord
+from .connect import translate
+from .memory_sql import COLS as _COLS
+from .memory_sql import RCOLS as _RCOLS
+from .memory_sql import VEC_CHUNK, Conn, pack, unpack
+from .memory_sql import filter_sql as _filter
+from .memory_sql import marks as _in
+from .memory_sql import scope_phrase as _scope_phrase
+from .memory_sql import to_record as _record
+
+T = TypeVar("T")
+
+
+class StoreRows:
+    """Runs memory jobs on the store's connections, on the store's event loop.
+
+    ``submit(job, size)`` is the store writer's queue (one group-committed
+    transaction per batch; the job's value once committed); ``reader()`` the
+    store's read connection.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        submit: Callable[[Callable[[Conn], Any], int], Awaitable[Any]],
+        reader: Callable[[], Conn],
+    ) -> None:
+        self._loop = loop
+        self._submit = submit
+        self._reader = reader
+
+    def write(self, job: Callable[[Conn], T], size: int = 1024) -> T:
+        """``job`` in a store write transaction; its value once committed."""
+
+        async def run() -> T:
+            value: T = await self._submit(job, size)
+            return value
+
+        return self._call(run())
+
+    def read(self, job: Callable[[Conn], T]) -> T:
+        """``job`` on the store's reader connection."""
+
+        async def run() -> T:
+            try:
+                return job(self._reader())
+            except apsw.Error as exc:
+                raise translate(exc) from exc
+
+        return self._call(run())
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            coro.close()
+            raise UsageError(
+                "memory rows are reached from a worker thread (Memory runs MemoryCore with "
+                "asyncio.to_thread), not from the store's event loop"
+            )
+        if self._loop.is_closed():
+            coro.close()
+            raise StoreError("the store is not open")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 
 class SQLiteMemoryBackend:
-    """Memory rows in a SQLite file (or ``:memory:``) through apsw; one connection, one lock."""
+    """Memory rows in the SQLite store's file, through the store's writer and reader."""
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 5000, load_vec: bool = True) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        try:
-            self._conn = apsw.Connection(path)
-            self._conn.setbusytimeout(busy_timeout_ms)
-            if path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-        except apsw.Error as exc:
-            raise translate(exc) from exc
-        self._vec = load_vec and self._load_vec()
-        self._migrate()
-        self._dim = self._vec_dim()
+    def __init__(self, rows: StoreRows, *, vector_available: bool) -> None:
+        self._rows = rows
+        self._vec = vector_available
+        self._dim: int | None = None
+        self._dim_read = False
 
     # -- set-up ---------------------------------------------------------------------------
 
-    def _load_vec(self) -> bool:
-        try:
-            import sqlite_vec
-
-            self._conn.enable_load_extension(True)
-            self._conn.load_extension(sqlite_vec.loadable_path())
-            self._conn.enable_load_extension(False)
-            return True
-        except (ImportError, apsw.Error, AttributeError):
-            return False
-
-    def _migrate(self) -> None:
-        with self._write() as c:
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS memory_schema (version INTEGER NOT NULL, name TEXT NOT NULL)"
-            )
-            done = {v for (v,) in c.execute("SELECT version FROM memory_schema")}
-            known = migrations()
-            if done and max(done) > (known[-1][0] if known else 0):
-                raise SchemaError(f"memory schema version {max(done)} is newer than this runtime")
-            for number, name, sql in known:
-                if number not in done:
-                    c.execute(sql)
-                    c.execute("INSERT INTO memory_schema VALUES (?, ?)", (number, name))
-
-    def _vec_dim(self) -> int | None:
-        row = self._conn.execute("SELECT value FROM memory_meta WHERE name = 'vector_dim'").fetchone()
-        return int(row[0]) if row else None
+    def _vec_dim(self, c: Conn) -> int | None:
+        if not self._dim_read:
+            row = c.execute("SELECT value FROM memory_meta WHERE name = 'vector_dim'").fetchone()
+            self._dim = int(row[0]) if row else None
+            self._dim_read = True
+        return self._dim
 
     def _ensure_vec(self, c: Conn, dim: int) -> None:
-        if self._dim == dim:
+        known = self._vec_dim(c)
+        if known == dim:
             return
-        if self._dim is not None:
-            raise UsageError(f"this memory holds {self._dim}-d vectors; the embedder gives {dim}-d")
+        if known is not None:
+            raise UsageError(f"this memory holds {known}-d vectors; the embedder gives {dim}-d")
         c.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS memory_vec USING vec0("
             f"subject text partition key, embedding float[{int(dim)}] distance_metric=cosine, "
@@ -116,44 +131,29 @@ class SQLiteMemoryBackend:
         c.execute("INSERT OR REPLACE INTO memory_meta VALUES ('vector_dim', ?)", (str(dim),))
         self._dim = dim
 
-    @contextmanager
-    def _write(self) -> Iterator[Conn]:
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._conn
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            except apsw.Error as exc:
-                raise translate(exc) from exc
-
-    @contextmanager
-    def _read(self) -> Iterator[Conn]:
-        with self._lock:
-            try:
-                with self._conn:
-                    yield self._conn
-            except apsw.Error as exc:
-                raise translate(exc) from exc
+    def _write(self, job: Callable[[Conn], T], size: int = 1024) -> T:
+        try:
+            return self._rows.write(job, size)
+        except BaseException:
+            self._dim_read = False  # a rolled-back job may have created the vector table
+            raise
 
     def check_embedder(self, name: str, dim: int) -> None:
-        with self._write() as c:
+        def job(c: Conn) -> None:
             row = c.execute("SELECT value FROM memory_meta WHERE name = 'embedder'").fetchone()
             if row is None:
                 c.execute("INSERT INTO memory_meta VALUES ('embedder', ?)", (f"{name}/{dim}",))
             elif row[0] != f"{name}/{dim}":
                 raise UsageError(f"this memory's vectors were made by {row[0]}, not {name}/{dim}")
 
+        return self._write(job)
+
     @property
     def vector_available(self) -> bool:
         return self._vec
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        """Nothing to release: the connections are the store's."""
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -185,11 +185,12 @@ class SQLiteMemoryBackend:
         )
 
     def add_many(self, tenant: str, items: Sequence[AddItem], decide: Decide, actor: str) -> list[AddResult]:
-        out = []
-        with self._write() as c:
-            for item in items:
-                out.append(self._add(c, tenant, item, decide, actor))
-        return out
+        def job(c: Conn) -> list[AddResult]:
+            # a fresh list per run: the writer re-runs a batch's jobs after a rollback
+            return [self._add(c, tenant, item, decide, actor) for item in items]
+
+        size = sum(len(item.record.text) + 4 * len(item.vector or ()) for item in items) + 512
+        return self._write(job, size)
 
     def _add(self, c: Conn, tenant: str, item: AddItem, decide: Decide, actor: str) -> AddResult:
         rec = item.record
@@ -275,7 +276,8 @@ class SQLiteMemoryBackend:
     def touch(self, tenant: str, accesses: Sequence[tuple[str, float]]) -> None:
         if not accesses:
             return
-        with self._write() as c:
+
+        def job(c: Conn) -> None:
             for rec_id, at in accesses:
                 c.execute(
                     "UPDATE memory_records SET access_count = access_count + 1, "
@@ -283,10 +285,12 @@ class SQLiteMemoryBackend:
                     (at, tenant, rec_id),
                 )
 
+        return self._write(job)
+
     def forget(
         self, tenant: str, keys: Sequence[str], record_id: str, now: float, actor: str, reason: str
     ) -> bool:
-        with self._write() as c:
+        def job(c: Conn) -> bool:
             row = c.execute(
                 "SELECT subject FROM memory_records WHERE tenant = ? AND id = ? "
                 f"AND subject IN ({_in(keys)}) AND invalid_at IS NULL",
@@ -301,18 +305,20 @@ class SQLiteMemoryBackend:
             self._history(c, tenant, "forget", row[0], record_id, actor, now, reason)
             return True
 
+        return self._write(job)
+
     def rebind(self, tenant: str, old: str, new: str, mode: RebindMode, now: float, actor: str) -> int:
-        with self._write() as c:
+        def job(c: Conn) -> int:
             if mode in ("link", "unlink"):
                 return self._link(c, tenant, old, new, mode, now, actor)
-            new = self._resolve(c, tenant, new)
-            if new == old:
+            target = self._resolve(c, tenant, new)
+            if target == old:
                 raise UsageError("cannot move a subject onto itself")
             dups = c.execute(
                 "SELECT a.id, b.id FROM memory_records a JOIN memory_records b ON b.tenant = a.tenant "
                 "AND b.subject = ? AND b.content_hash = a.content_hash AND b.invalid_at IS NULL "
                 "WHERE a.tenant = ? AND a.subject = ? AND a.invalid_at IS NULL",
-                (new, tenant, old),
+                (target, tenant, old),
             ).fetchall()
             for a_id, b_id in dups:
                 c.execute(
@@ -324,43 +330,52 @@ class SQLiteMemoryBackend:
                 "SELECT rid, id, text FROM memory_records WHERE tenant = ? AND subject = ?", (tenant, old)
             ).fetchall()
             for rid, rec_id, text in rows:
-                c.execute("UPDATE memory_records SET subject = ? WHERE rid = ?", (new, rid))
+                c.execute("UPDATE memory_records SET subject = ? WHERE rid = ?", (target, rid))
                 c.execute("DELETE FROM memory_fts WHERE rowid = ?", (rid,))
                 c.execute(
                     "INSERT INTO memory_fts (rowid, scope, body) VALUES (?, ?, ?)",
-                    (rid, new, index_text(text)),
+                    (rid, target, index_text(text)),
                 )
-                if self._vec and self._dim is not None:
+                if self._vec and self._vec_dim(c) is not None:
                     vec = c.execute("SELECT embedding FROM memory_vec WHERE rowid = ?", (rid,)).fetchone()
                     if vec is not None:
                         c.execute("DELETE FROM memory_vec WHERE rowid = ?", (rid,))
                         c.execute(
                             "INSERT INTO memory_vec (rowid, subject, embedding) VALUES (?, ?, ?)",
-                            (rid, new, vec[0]),
+                            (rid, target, vec[0]),
                         )
                 self._history(
                     c,
                     tenant,
                     mode if mode == "merge" else "rebind",
-                    new,
+                    target,
                     rec_id,
                     actor,
                     now,
-                    f"{old} -> {new}",
+                    f"{old} -> {target}",
                 )
             c.execute(
-                "UPDATE memory_moves SET new_key = ? WHERE tenant = ? AND new_key = ?", (new, tenant, old)
+                "UPDATE memory_moves SET new_key = ? WHERE tenant = ? AND new_key = ?", (target, tenant, old)
             )
-            c.execute("INSERT OR REPLACE INTO memory_moves VALUES (?, ?, ?, ?)", (tenant, old, new, now))
+            c.execute("INSERT OR REPLACE INTO memory_moves VALUES (?, ?, ?, ?)", (tenant, old, target, now))
             c.execute(
                 "UPDATE OR IGNORE memory_identity SET key = ? WHERE tenant = ? AND key = ?",
-                (new, tenant, old),
+                (target, tenant, old),
             )
             if not rows:
                 self._history(
-                    c, tenant, mode if mode == "merge" else "rebind", new, None, actor, now, f"{old} -> {new}"
+                    c,
+                    tenant,
+                    mode if mode == "merge" else "rebind",
+                    target,
+                    None,
+                    actor,
+                    now,
+                    f"{old} -> {target}",
                 )
             return len(rows)
+
+        return self._write(job)
 
     def _link(self, c: Conn, tenant: str, a: str, b: str, mode: str, now: float, actor: str) -> int:
         if a == b:
@@ -379,30 +394,36 @@ class SQLiteMemoryBackend:
         return changed // 2
 
     def register_identity(self, tenant: str, key: str, parts: dict[str, str]) -> None:
-        with self._write() as c:
+        def job(c: Conn) -> None:
             for part, h in parts.items():
                 c.execute("INSERT OR IGNORE INTO memory_identity VALUES (?, ?, ?, ?)", (tenant, part, h, key))
 
+        return self._write(job)
+
     def save_dictionary(self, tenant: str, groups: Sequence[Sequence[str]]) -> None:
-        with self._write() as c:
+        def job(c: Conn) -> None:
             c.execute("DELETE FROM memory_dictionary WHERE tenant = ?", (tenant,))
             for g, terms in enumerate(groups):
                 for p, term in enumerate(terms):
                     c.execute("INSERT INTO memory_dictionary VALUES (?, ?, ?, ?)", (tenant, g, p, term))
 
+        return self._write(job)
+
     # -- reads ----------------------------------------------------------------------------
 
     def load_dictionary(self, tenant: str) -> list[list[str]]:
-        groups: dict[int, list[str]] = {}
-        with self._read() as c:
+        def job(c: Conn) -> list[list[str]]:
+            groups: dict[int, list[str]] = {}
             for g, term in c.execute(
                 "SELECT grp, term FROM memory_dictionary WHERE tenant = ? ORDER BY grp, pos", (tenant,)
             ):
                 groups.setdefault(g, []).append(term)
-        return list(groups.values())
+            return list(groups.values())
+
+        return self._rows.read(job)
 
     def keys_for_part(self, tenant: str, part: str, part_hash: str, after: str, limit: int) -> list[str]:
-        with self._read() as c:
+        def job(c: Conn) -> list[str]:
             return [
                 k
                 for (k,) in c.execute(
@@ -412,23 +433,29 @@ class SQLiteMemoryBackend:
                 )
             ]
 
+        return self._rows.read(job)
+
     def resolve_scope(self, tenant: str, keys: Sequence[str], max_keys: int) -> list[str]:
-        with self._read() as c:
+        def job(c: Conn) -> list[str]:
             out = list(dict.fromkeys(self._resolve(c, tenant, k) for k in keys))
             linked = c.execute(
                 f"SELECT other FROM memory_links WHERE tenant = ? AND key IN ({_in(out)}) "
                 "ORDER BY other LIMIT ?",
                 (tenant, *out, max_keys),
             ).fetchall()
-        return list(dict.fromkeys([*out, *(k for (k,) in linked)]))[:max_keys]
+            return list(dict.fromkeys([*out, *(k for (k,) in linked)]))[:max_keys]
+
+        return self._rows.read(job)
 
     def candidates(
         self, tenant: str, keys: Sequence[str], search: Search
     ) -> tuple[list[Candidate], list[str]]:
         where, args = _filter(search.spec, search.now)
-        found: dict[int, list[Any]] = {}
-        degraded: list[str] = []
-        with self._read() as c:
+
+        def job(c: Conn) -> tuple[list[Candidate], list[str]]:
+            found: dict[int, list[Any]] = {}
+            degraded: list[str] = []
+            dim = self._vec_dim(c)
             match = match_expr([list(g) for g in search.terms]) if search.terms else None
             if match is not None:
                 rows = c.execute(
@@ -449,11 +476,11 @@ class SQLiteMemoryBackend:
             if search.vector is not None:
                 if not self._vec:
                     degraded.append("vector index unavailable (sqlite-vec not loaded): text + structure only")
-                elif self._dim is not None and self._dim != len(search.vector):
+                elif dim is not None and dim != len(search.vector):
                     raise UsageError(
-                        f"this memory holds {self._dim}-d vectors; the query has {len(search.vector)}-d"
+                        f"this memory holds {dim}-d vectors; the query has {len(search.vector)}-d"
                     )
-                elif self._dim is not None:
+                elif dim is not None:
                     hits = c.execute(
                         "SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
                         f"AND subject IN ({_in(keys)})",
@@ -478,14 +505,17 @@ class SQLiteMemoryBackend:
                 ).fetchall()
                 for row in rows:
                     found.setdefault(row[0], [row, None, 0.0, None, 0.0])
-        return [Candidate(_record(e[0]), e[1], e[2], e[3], e[4]) for e in found.values()], degraded
+            return [Candidate(_record(e[0]), e[1], e[2], e[3], e[4]) for e in found.values()], degraded
+
+        return self._rows.read(job)
 
     def get(
         self, tenant: str, keys: Sequence[str], ids: Sequence[str], with_vectors: bool
     ) -> list[MemoryRecord]:
         if not ids:
             return []
-        with self._read() as c:
+
+        def job(c: Conn) -> list[MemoryRecord]:
             rows = c.execute(
                 f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject IN ({_in(keys)}) "
                 f"AND id IN ({_in(ids)})",
@@ -494,29 +524,36 @@ class SQLiteMemoryBackend:
             out = []
             for row in rows:
                 vec = None
-                if with_vectors and self._vec and self._dim is not None:
+                if with_vectors and self._vec and self._vec_dim(c) is not None:
                     v = c.execute("SELECT embedding FROM memory_vec WHERE rowid = ?", (row[0],)).fetchone()
                     vec = unpack(v[0]) if v else None
                 out.append(_record(row, vec))
-        return out
+            return out
+
+        return self._rows.read(job)
 
     def list_records(
         self, tenant: str, keys: Sequence[str], spec: FilterSpec, now: float, before: int | None, limit: int
     ) -> tuple[list[MemoryRecord], int | None]:
         where, args = _filter(spec, now)
-        with self._read() as c:
-            rows = c.execute(
+
+        def job(c: Conn) -> list[Any]:
+            rows: list[Any] = c.execute(
                 f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
                 f"AND subject IN ({_in(keys)}) AND {where} AND rid < ? ORDER BY rid DESC LIMIT ?",
                 (tenant, *keys, *args, before if before is not None else 2**62, limit + 1),
             ).fetchall()
+            return rows
+
+        rows = self._rows.read(job)
         nxt = rows[limit - 1][0] if len(rows) > limit else None
         return [_record(r) for r in rows[:limit]], nxt
 
     def history(
         self, tenant: str, keys: Sequence[str], record_id: str | None, after: int, limit: int
     ) -> list[MemoryChange]:
-        with self._read() as c:
+        def job(c: Conn) -> list[Any]:
+            rows: list[Any]
             if record_id is not None:
                 rows = c.execute(
                     "SELECT h.seq, h.tenant, h.op, h.subject, h.record_id, h.actor, h.at, h.detail "
@@ -532,6 +569,9 @@ class SQLiteMemoryBackend:
                     f"WHERE tenant = ? AND subject IN ({_in(keys)}) AND seq > ? ORDER BY seq LIMIT ?",
                     (tenant, *keys, after, limit),
                 ).fetchall()
+            return rows
+
+        rows = self._rows.read(job)
         return [
             MemoryChange(
                 seq=r[0], tenant=r[1], op=r[2], subject=r[3], record_id=r[4], actor=r[5], at=r[6], detail=r[7]
