@@ -140,6 +140,10 @@ class CachingEmbedder:
     def dim(self) -> int:
         return self.inner.dim
 
+    @property
+    def rss_bytes(self) -> int:
+        return self.inner.rss_bytes
+
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
@@ -173,6 +177,10 @@ class RandomEmbedder:
     @property
     def dim(self) -> int:
         return self._dim
+
+    @property
+    def rss_bytes(self) -> int:
+        return 0
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         seed = int.from_bytes(hashlib.blake2b("\n".join(texts).encode(), digest_size=8).digest(), "little")

@@ -52,6 +52,18 @@ class Embedder(Protocol):
         """One unit vector per text, in order."""
         ...
 
+    @property
+    def rss_bytes(self) -> int:
+        """Resident memory the model added to this process when it loaded (0: none or not loaded)."""
+        ...
+
+
+def process_rss() -> int:
+    """This process's resident set size in bytes."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
 
 class HashingEmbedder:
     """Deterministic bag of hashed words and character trigrams (signed feature hashing)."""
@@ -68,6 +80,11 @@ class HashingEmbedder:
     @property
     def dim(self) -> int:
         return self._dim
+
+    @property
+    def rss_bytes(self) -> int:
+        """No model: 0."""
+        return 0
 
     def _features(self, text: str) -> list[str]:
         out = []
@@ -119,6 +136,7 @@ class MiniLMEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._inputs: tuple[str, ...] = ()
+        self._rss = 0
 
     @property
     def name(self) -> str:
@@ -133,6 +151,13 @@ class MiniLMEmbedder:
         """Whether the model is in memory."""
         return self._session is not None
 
+    @property
+    def rss_bytes(self) -> int:
+        """The growth of this process's RSS across the load (0 before it; the model,
+        the tokenizer and onnxruntime's arena; approximate when other threads allocate
+        at the same time)."""
+        return self._rss
+
     def _load(self) -> None:
         with self._lock:
             if self._session is not None:
@@ -142,6 +167,7 @@ class MiniLMEmbedder:
                 from tokenizers import Tokenizer
             except ImportError as exc:
                 raise UsageError("the default embedder needs onnxruntime and tokenizers installed") from exc
+            before = process_rss()
             path = self._path or _model_path()
             data = path.read_bytes()
             if self._path is None and hashlib.sha256(data).hexdigest() != MINILM_SHA256:
@@ -158,6 +184,8 @@ class MiniLMEmbedder:
             self._inputs = tuple(i.name for i in session.get_inputs())
             self._tokenizer = tok
             self._session = session
+            del data  # the session holds its own copy of the model
+            self._rss = max(0, process_rss() - before)
 
     def _run(self, texts: list[str]) -> list[Vector]:
         import numpy as np

@@ -24,6 +24,7 @@ from .records import (
     MemoryKind,
     MemoryPage,
     MemoryRecord,
+    MemoryStatus,
     NewMemory,
     Recall,
     TagValue,
@@ -216,3 +217,15 @@ class Memory:
         """Replace the tenant's synonym groups from a file (JSON/TOML/CSV) or a list of groups."""
         groups = load_dictionary(source) if isinstance(source, Path) else [list(g) for g in source]
         return await asyncio.to_thread(self.core.save_dictionary, self.tenant, groups)
+
+    def status(self) -> MemoryStatus:
+        """The embedder (loaded or not, its RSS) and whether vector search works."""
+        embedder = self.core.embedder
+        # a model-less embedder (hashing) has nothing to load
+        loaded = embedder.loaded if isinstance(embedder, MiniLMEmbedder) else embedder is not None
+        return MemoryStatus(
+            embedder=embedder.name if embedder is not None else None,
+            embedder_loaded=loaded,
+            embedder_rss_bytes=embedder.rss_bytes if embedder is not None else 0,
+            vector_available=self.core.backend.vector_available,
+        )

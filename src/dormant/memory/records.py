@@ -105,3 +105,15 @@ class MemoryPage(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
 
     items: tuple[T, ...]
     next_cursor: str | None = None
+
+
+class MemoryStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What memory holds in this process: its embedder and what it costs."""
+
+    embedder: str | None
+    #: whether the embedder's model is in memory (it loads on first use)
+    embedder_loaded: bool
+    #: resident memory the model added when it loaded (counted next to the slices' budget)
+    embedder_rss_bytes: int
+    #: False: recall runs on text + structure (no vector index here)
+    vector_available: bool
