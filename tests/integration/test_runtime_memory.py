@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ async def test_rt_memory_keeps_the_event_loop_free_while_embedding() -> None:
     """The embedder runs in a worker thread: the loop keeps ticking during a slow embed."""
 
     class SlowEmbedder(HashingEmbedder):
-        def embed(self, texts: list[str]) -> list[tuple[float, ...]]:  # type: ignore[override]
+        def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
             time.sleep(0.3)
             return super().embed(texts)
 
