@@ -288,9 +288,8 @@ def test_memory_writes_are_the_store_writers_commits(tmp_path: Path) -> None:
     again = SQLiteStore(f"sqlite:///{tmp_path}/one.db")
     loops.run(again.open())
     try:
-        assert texts(MemoryCore(again.memory_rows(), HashingEmbedder(64)), [ALICE], "parcel") == [
-            "the parcel was boxed"
-        ]
+        reopened = MemoryCore(again.memory_rows(), HashingEmbedder(64))
+        assert texts(reopened, [ALICE], "parcel", mode=RecallMode(vector=False)) == ["the parcel was boxed"]
     finally:
         loops.run(again.close())
         loops.stop()
@@ -307,3 +306,33 @@ async def test_memory_rows_refuse_the_stores_own_event_loop(tmp_path: Path) -> N
         assert (await asyncio.to_thread(add, core, ALICE, "fine")) != ""
     finally:
         await store.close()
+
+
+def test_small_scopes_rank_by_bm25_over_their_rows_like_fts5(
+    core: MemoryCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scope under the row limit is ranked by BM25 over its rows (SQLite); forced onto
+    FTS5 the same records come back in the same order."""
+    add(core, ALICE, "the parcel was shipped on Monday")
+    add(core, ALICE, "parcel parcel: shipped twice, shipping again")
+    add(core, ALICE, "green tea please")
+    add(core, BOB, "the parcel was shipped")  # another subject: never in Alice's results
+    text_only = RecallMode(vector=False)
+    from dormant.memory import bm25
+    from dormant.store.sqlite import memory as sqlite_memory
+
+    calls: list[int] = []
+    real = bm25.scores
+
+    def counted(docs: Any, phrases: Any) -> list[float | None]:
+        calls.append(len(docs))
+        return real(docs, phrases)
+
+    monkeypatch.setattr(bm25, "scores", counted)
+    scoped = texts(core, [ALICE], "shipping parcel", mode=text_only)
+    assert scoped == ["parcel parcel: shipped twice, shipping again", "the parcel was shipped on Monday"]
+    if isinstance(core.backend, sqlite_memory.SQLiteMemoryBackend):
+        assert calls == [3]  # Alice's three rows were scored, nothing else was read
+        monkeypatch.setattr(sqlite_memory, "SCOPED_TEXT_ROWS", 0)
+        assert texts(core, [ALICE], "shipping parcel", mode=text_only) == scoped
+        assert calls == [3]  # FTS5 ranked this time

@@ -56,7 +56,8 @@ from .connect import (
     path_from_url,
     translate,
 )
-from .memory import SQLiteMemoryBackend, StoreRows
+from .memory import SQLiteMemoryBackend
+from .memory_link import StoreRows
 from .reader import ClaimBatches, SQLiteReader
 from .writer import Conn, GroupWriter, Job
 

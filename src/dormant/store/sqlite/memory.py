@@ -20,19 +20,19 @@ the extension could not be loaded on the store's connections,
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import apsw
 import msgspec
 
 from ...errors import StoreError, UsageError
+from ...memory import bm25
 from ...memory.backend import AddItem, AddResult, Decide, RebindMode, Search
 from ...memory.fulltext import index_text, match_expr
 from ...memory.ranking import Candidate, FilterSpec
 from ...memory.records import MemoryChange, MemoryRecord
-from .connect import translate
+from .memory_link import StoreRows
 from .memory_sql import COLS as _COLS
 from .memory_sql import RCOLS as _RCOLS
 from .memory_sql import VEC_CHUNK, Conn, pack, unpack
@@ -42,61 +42,9 @@ from .memory_sql import scope_phrase as _scope_phrase
 from .memory_sql import to_record as _record
 
 T = TypeVar("T")
-
-
-class StoreRows:
-    """Runs memory jobs on the store's connections, on the store's event loop.
-
-    ``submit(job, size)`` is the store writer's queue (one group-committed
-    transaction per batch; the job's value once committed); ``reader()`` the
-    store's read connection.
-    """
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        submit: Callable[[Callable[[Conn], Any], int], Awaitable[Any]],
-        reader: Callable[[], Conn],
-    ) -> None:
-        self._loop = loop
-        self._submit = submit
-        self._reader = reader
-
-    def write(self, job: Callable[[Conn], T], size: int = 1024) -> T:
-        """``job`` in a store write transaction; its value once committed."""
-
-        async def run() -> T:
-            value: T = await self._submit(job, size)
-            return value
-
-        return self._call(run())
-
-    def read(self, job: Callable[[Conn], T]) -> T:
-        """``job`` on the store's reader connection."""
-
-        async def run() -> T:
-            try:
-                return job(self._reader())
-            except apsw.Error as exc:
-                raise translate(exc) from exc
-
-        return self._call(run())
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            coro.close()
-            raise UsageError(
-                "memory rows are reached from a worker thread (Memory runs MemoryCore with "
-                "asyncio.to_thread), not from the store's event loop"
-            )
-        if self._loop.is_closed():
-            coro.close()
-            raise StoreError("the store is not open")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+#: A scope with at most this many rows (after the structural filter) is ranked by BM25
+#: over its rows in Python; a bigger one (tenant-wide knowledge, say) by FTS5.
+SCOPED_TEXT_ROWS = 2000
 
 
 class SQLiteMemoryBackend:
@@ -457,7 +405,11 @@ class SQLiteMemoryBackend:
             degraded: list[str] = []
             dim = self._vec_dim(c)
             match = match_expr([list(g) for g in search.terms]) if search.terms else None
-            if match is not None:
+            scoped = self._scoped_text(c, tenant, keys, where, args, search) if match is not None else None
+            if scoped is not None:
+                for i, (row, score) in enumerate(scoped, 1):
+                    found[row[0]] = [row, i, score, None, 0.0]
+            elif match is not None:
                 rows = c.execute(
                     f"SELECT {_RCOLS}, bm25(memory_fts, 0.0, 1.0) AS s "
                     "FROM memory_fts JOIN memory_records r ON r.rid = memory_fts.rowid "
@@ -508,6 +460,38 @@ class SQLiteMemoryBackend:
             return [Candidate(_record(e[0]), e[1], e[2], e[3], e[4]) for e in found.values()], degraded
 
         return self._rows.read(job)
+
+    def _scoped_text(
+        self, c: Conn, tenant: str, keys: Sequence[str], where: str, args: list[Any], search: Search
+    ) -> list[tuple[Any, float]] | None:
+        """The text ranking of a small scope by BM25 over its rows (:mod:`~dormant.memory.bm25`),
+        best first; None when the scope holds more than :data:`SCOPED_TEXT_ROWS` rows
+        (FTS5 then ranks)."""
+        rows = c.execute(
+            f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
+            f"AND subject IN ({_in(keys)}) AND {where} LIMIT ?",
+            (tenant, *keys, *args, SCOPED_TEXT_ROWS + 1),
+        ).fetchall()
+        if len(rows) > SCOPED_TEXT_ROWS:
+            return None
+        tokenize = self._tokenizer(c)
+        phrases = [
+            tuple(t[2] for t in tokenize(index_text(term).strip().encode(), apsw.FTS5_TOKENIZE_QUERY, None))
+            for group in search.terms or ()
+            for term in group
+            if term.strip()
+        ]
+        docs = [
+            [t[2] for t in tokenize(index_text(row[5]).encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None)]
+            for row in rows
+        ]
+        ranked = [(row, s) for row, s in zip(rows, bm25.scores(docs, phrases), strict=True) if s is not None]
+        ranked.sort(key=lambda pair: (-pair[1], pair[0][0]))
+        return ranked[: search.text_limit]
+
+    def _tokenizer(self, c: Conn) -> Any:
+        """The index's own tokenizer (``porter unicode61 remove_diacritics 2``) on ``c``."""
+        return c.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
 
     def get(
         self, tenant: str, keys: Sequence[str], ids: Sequence[str], with_vectors: bool
