@@ -210,15 +210,19 @@ def test_a_thread_waits_for_a_worker_that_hosts_its_agent(cli: Cli, tmp_path: Pa
 
 
 def test_retry_all_failed(cli: Cli, tmp_path: Path) -> None:
-    (tmp_path / "agents_app.py").write_text(
+    # a model that refuses every request for good: each thread fails on its first slice
+    (tmp_path / "refusing_app.py").write_text(
         "from dormant import Agent\n"
-        "from dormant.models import echo_model\n"
+        "from dormant.errors import ModelError\n"
+        "from dormant.models import ScriptedModel\n"
+        "def refuse(request):\n"
+        "    raise ModelError('refused on its merits', retryable=False)\n"
         "def agents():\n"
-        "    return [Agent(name='other', model=echo_model())]\n"
+        "    return [Agent(name='other', model=ScriptedModel(refuse))]\n"
     )
     for thread in ("f1", "f2", "f3"):
-        cli.ok("send", thread, "hi", "--app", "agents_app:agents")
-    cli.ok("run", "--until-idle")  # hosts only `assistant`: the three threads fail
+        cli.ok("send", thread, "hi", "--app", "refusing_app:agents")
+    cli.ok("run", "--until-idle", "--app", "refusing_app:agents")
     assert json.loads(cli.ok("status", "--json"))["threads_by_status"] == {"failed": 3}
     assert "0 failed thread(s) retried" in cli.ok("retry", "--all-failed", "--since", "2999-01-01")
     assert_usage_error(cli("retry", "--all-failed", "--since", "yesterday"), "--since")
