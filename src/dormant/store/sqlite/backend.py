@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 import msgspec
 
-from ...errors import SchemaError, StoreError, UsageError
+from ...errors import SchemaError, StoreError, StoreFull, UsageError
 from ...records import (
     READY_AGENTS_SHOWN,
     Admission,
@@ -260,7 +260,14 @@ class SQLiteBackend(BackendDefaults):
         def job(conn: Conn) -> int:
             return int(conn.execute(sql.PRAGMA_MAX_PAGE_COUNT.format(limit)).fetchone()[0])
 
-        result: int = await self._write(job)
+        try:
+            result: int = await self._write(job)
+        except StoreFull:
+            # The pragma is not transactional: it took effect on the connection even though
+            # the group commit it shared with other writes failed for want of space (the very
+            # condition a raised cap cures). Its batch-mates failed alone; ask again, in a
+            # batch that can now commit, for the cap in force.
+            result = await self._write(job)
         return result
 
     async def close(self) -> None:
