@@ -25,7 +25,9 @@ from :class:`BackendDefaults` (so no caller probes with ``getattr``):
 :meth:`Backend.exists` (fallback: True), :attr:`Backend.commits` (fallback: 0),
 :attr:`Backend.path` (fallback: None), :attr:`Backend.persistent` (fallback: True),
 :meth:`Backend.diagnose` (fallback: UsageError, no doctor for this backend),
-:meth:`Backend.release_memory` (fallback: 0, nothing held in this process).
+:meth:`Backend.release_memory` (fallback: 0, nothing held in this process),
+:meth:`Backend.memory_rows` (long-term memory's rows on this backend's connections;
+fallback: UsageError, no memory on this backend).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ..records import (
 
 if TYPE_CHECKING:
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
 
 
 class SliceReader(Protocol):
@@ -342,6 +345,12 @@ class Backend(Protocol):
         gave memory back. Fallback 0: the backend caches nothing here."""
         ...
 
+    def memory_rows(self) -> MemoryBackend:
+        """The rows of long-term memory (issue 15) in this database, through this
+        backend's own connections, writer and error translation (open store only).
+        Fallback: UsageError (no memory on this backend)."""
+        ...
+
 
 class BackendDefaults:
     """The fallbacks of the optional abilities of :class:`Backend`."""
@@ -381,3 +390,8 @@ class BackendDefaults:
     async def release_memory(self) -> int:
         """Nothing cached in this process (a server keeps its own caches): 0."""
         return 0
+
+    def memory_rows(self) -> MemoryBackend:
+        """No long-term memory on this backend."""
+        scheme = self.url.split(":", 1)[0]
+        raise UsageError(f"{scheme}:// stores hold no long-term memory")

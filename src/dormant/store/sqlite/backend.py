@@ -60,6 +60,7 @@ from .connect import (
     path_from_url,
     translate,
 )
+from .memory import SQLiteMemoryBackend, open_memory
 from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader
 from .writer import Conn, GroupWriter, Job
@@ -117,6 +118,7 @@ class SQLiteBackend(BackendDefaults):
         # and how the fault tests fill the "disk"); see set_max_page_count
         self.max_page_count = max_page_count
         self.clock = clock
+        self._memory: SQLiteMemoryBackend | None = None
         self._reader: Conn | None = None
         self._writer: Conn | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -186,6 +188,10 @@ class SQLiteBackend(BackendDefaults):
             released += 1
         return released
 
+    def memory_rows(self) -> SQLiteMemoryBackend:
+        """Memory's rows in this file, through this backend's writer and reader (open store)."""
+        return SQLiteMemoryBackend.of_open_store(self._memory)
+
     # -- lifecycle -------------------------------------------------------------------
 
     def _connect(self, name: str, cache_kib: int) -> apsw.Connection:
@@ -234,6 +240,7 @@ class SQLiteBackend(BackendDefaults):
             queue_jobs=self.queue_jobs,
             queue_bytes=self.queue_bytes,
         )
+        self._memory = open_memory(self._write, self._read, (self._writer, self._reader))
         await self.blobs.sweep()  # what puts that never finished left more than an hour ago
         await self.recover()  # the leases of workers that died before this open
 
@@ -284,7 +291,7 @@ class SQLiteBackend(BackendDefaults):
             self._executor = None
         for conn in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
             conn.close()
-        self._reader = self._writer = None
+        self._reader = self._writer = None  # memory's rows, on _write and _read, fail from now on
         self._batches.clear()
 
     # -- dead workers (issue 12.7) ----------------------------------------------------
