@@ -22,6 +22,7 @@ from dormant.memory import (
     DEFAULT_TENANT,
     FilterSpec,
     HashingEmbedder,
+    MemoryConfig,
     MemoryCore,
     MemoryRecord,
     NewMemory,
@@ -228,6 +229,28 @@ def test_dictionary_expands_text_queries(core: MemoryCore) -> None:
     assert core.save_dictionary(T, [["shipped", "dispatched", "out for delivery"]]) == 1
     assert texts(core, [ALICE], "has it shipped", mode=text_only) == ["Order ORD-5 was dispatched on Monday"]
     assert texts(core, [ALICE], "has it shipped", mode=RecallMode(vector=False, dictionary=False)) == []
+
+
+def test_dictionary_pulls_the_query_and_only_if_asked_the_records(core: MemoryCore) -> None:
+    """By default a record's stored vector is its text's own (only a query that names a
+    group is pulled); ``pull_records=True`` stores the pulled vector."""
+    emb = HashingEmbedder(64)
+    core.save_dictionary(T, [["shipped", "dispatched"]])
+    plain = add(core, ALICE, "Order ORD-5 was dispatched on Monday")
+    assert core.get(T, [ALICE], plain, with_vector=True).embedding == pytest.approx(
+        emb.embed(["Order ORD-5 was dispatched on Monday"])[0], abs=1e-6
+    )
+    pulling = MemoryCore(core.backend, emb, MemoryConfig(pull_records=True))
+    pulled = pulling.add(T, NewMemory(subject=BOB, text="Order ORD-6 was dispatched"), now=1.0).record.id
+    stored = core.get(T, [BOB], pulled, with_vector=True).embedding
+    assert stored is not None
+    assert stored != pytest.approx(emb.embed(["Order ORD-6 was dispatched"])[0], abs=1e-3)
+    assert stored == pytest.approx(
+        pulling.dictionary(T).pull(
+            "Order ORD-6 was dispatched", emb.embed(["Order ORD-6 was dispatched"])[0], emb.embed
+        ),
+        abs=1e-5,
+    )
 
 
 def test_cjk_recall(core: MemoryCore) -> None:

@@ -43,7 +43,7 @@ def test_rrf_fuses_ranks_and_both_lists_beat_one() -> None:
     vec = Candidate(rec("vec"), vector_rank=1)
     out = rank([text, vec, both], RankingPolicy(use_decay=False), now=now, k=3)
     assert out[0].candidate.record.id == "both"
-    assert out[0].score == pytest.approx(2 / 62)
+    assert out[0].score == pytest.approx(2 / 3)  # k = 1: 1/(1+2) from each list
 
 
 def test_rrf_weights_each_list() -> None:
@@ -51,7 +51,7 @@ def test_rrf_weights_each_list() -> None:
     vec = Candidate(rec("vec"), vector_rank=1)
     policy = RankingPolicy(use_decay=False, text_weight=0.75, vector_weight=0.25)
     out = {s.candidate.record.id: s.score for s in rank([text, vec], policy, now=0, k=2)}
-    assert out == {"text": pytest.approx(1.5 / 61), "vec": pytest.approx(0.5 / 61)}
+    assert out == {"text": pytest.approx(1.5 / 2), "vec": pytest.approx(0.5 / 2)}
 
 
 def test_weighted_fusion_normalizes_text_scores() -> None:

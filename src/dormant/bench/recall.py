@@ -54,7 +54,9 @@ SUMMARY_KEYS = (
 )
 BATCH = 500
 #: the λ sweep (per hour) of the variants
-LAMBDAS = (0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.01)
+LAMBDAS = (0.00001, 0.0001, 0.001, 0.01)
+#: the reciprocal-rank constants of the variants (at the default λ)
+RRF_KS = (1.0, 4.0, 10.0, 60.0)
 
 
 def rss() -> int:
@@ -108,6 +110,11 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
     fill_s = time.perf_counter() - t
     rss_loaded = rss()
     ids_nodict = fill_suite(no_dict, suite)
+    # the design choice the default replaced: records' vectors pulled towards their groups too
+    pulled_config = replace(config, pull_records=not config.pull_records)
+    pulled = _core(stack, out / "quality_pull_records.db", embedder, pulled_config)
+    pulled.save_dictionary(TENANT, DICTIONARY)
+    ids_pulled = fill_suite(pulled, suite)
     # embed every query once up front so each pass times recall, not the model
     t = time.perf_counter()
     with_dict.embedder.embed([q.text for q in suite.queries]) if with_dict.embedder else None
@@ -124,13 +131,17 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
         ),
         "hybrid_no_dictionary": run_queries(no_dict, queries, ids_nodict, RecallMode(dictionary=False)),
     }
-    variants: dict[str, Any] = {}
-    for fusion in ("rrf", "weighted"):
+    variants: dict[str, Any] = {
+        f"pull_records_{pulled_config.pull_records}": run_queries(pulled, queries, ids_pulled, HYBRID)
+    }
+    for fusion, rrf_k in (("rrf", RankingPolicy().rrf_k), ("rrf", 60.0), ("weighted", 0.0)):
         for lam in LAMBDAS:
-            policy = RankingPolicy(fusion=fusion, default_lambda=lam)
-            variants[f"{fusion}_lambda_{lam:g}"] = run_queries(
-                with_dict, queries, ids, RecallMode(ranking=policy)
-            )
+            policy = RankingPolicy(fusion=fusion, rrf_k=rrf_k or 60.0, default_lambda=lam)
+            name = f"{fusion}{f'_k{rrf_k:g}' if rrf_k else ''}_lambda_{lam:g}"
+            variants[name] = run_queries(with_dict, queries, ids, RecallMode(ranking=policy))
+    for rrf_k in RRF_KS:
+        policy = RankingPolicy(rrf_k=rrf_k)
+        variants[f"rrf_k{rrf_k:g}"] = run_queries(with_dict, queries, ids, RecallMode(ranking=policy))
     # decay from the last access: first let a realistic pass of earlier recalls touch records
     # (each rich subject's most recent five, at a random moment), then compare
     toucher = MemoryCore(with_dict.backend, embedder, MemoryConfig(touch_on_recall=True))
@@ -138,7 +149,7 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
     for key in suite.subjects[: int(params["rich"])]:
         toucher.recall(TENANT, [key], "", k=5, now=T0 + rng.uniform(0.5, 1.0) * (T_END - T0))
     toucher.flush()
-    for lam in (0.0001, 0.001):
+    for lam in (0.001,):
         for source in ("created", "access"):
             policy = RankingPolicy(default_lambda=lam, decay_from=source)
             variants[f"decay_from_{source}_lambda_{lam:g}"] = run_queries(
@@ -151,8 +162,8 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
         "fulltext_only": runs["fulltext_only"].by_category(ids),
         "vector_only": runs["vector_only"].by_category(ids),
     }
-    with_dict.backend.close()
-    no_dict.backend.close()
+    for core in (with_dict, no_dict, pulled):
+        core.backend.close()
     return {
         "runs": runs,
         "variants": variants,

@@ -62,8 +62,11 @@ class MemoryConfig:
     touch_on_recall: bool = True
     #: weight of the dictionary's pull (the normalized group vector added to an embedding)
     pull_weight: float = DEFAULT_PULL_WEIGHT
-    #: pull the stored records' embeddings too, not only the query's (see docs/memory.md)
-    pull_records: bool = True
+    #: pull the stored records' embeddings too, not only a query's. Off: a record's vector
+    #: is its text's own, so the dictionary changes nothing for a query that names no
+    #: group (pulling records moved every record with a synonym towards every query:
+    #: measured in BENCHMARKS.md)
+    pull_records: bool = False
     #: accesses are counted in batches of this many records (one write per batch, not per
     #: recall); a crash loses at most one batch of counts, never a record
     touch_batch: int = 256

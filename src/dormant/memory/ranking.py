@@ -6,16 +6,18 @@ final order:
 
 ``score = fusion(text rank, vector rank) * decay(age) * importance multiplier``
 
-* **Fusion** is reciprocal-rank fusion by default (``Σ 2w/(k + rank)``, k = 60, each
-  list's weight w = 0.5 by default):
-  it needs no score normalization, so a bm25 value and a cosine distance never
-  have to be put on one scale. ``"weighted"`` (min-max normalized bm25 and
-  cosine similarity, weighted) is the alternative; BENCHMARKS.md has both.
-* **Decay** is ``1 / (1 + λ·hours)``, λ per kind (default 1e-5, measured: see
-  :data:`DEFAULT_LAMBDA`). The hours run
-  from the record's creation by default (``decay_from="created"``): a record
-  that is recalled often should not look younger than it is, and the benchmark
-  measures both.
+* **Fusion** is reciprocal-rank fusion by default (``Σ 2w/(k + rank)``, each list's
+  weight w = 0.5, k = 1): it needs no score normalization, so a bm25 value and a
+  cosine distance never have to be put on one scale. k = 1 rather than the usual
+  60 because the fused score is multiplied by decay: at k = 60 ranks 1..10 differ
+  by ~15 %, so any decay that spans more than that overrides relevance; at k = 1
+  rank 1 scores 5.5x rank 10 and λ = 0.001 only reorders near-ties (measured in
+  BENCHMARKS.md). ``"weighted"`` (min-max normalized bm25 and cosine similarity,
+  weighted) is the alternative.
+* **Decay** is ``1 / (1 + λ·hours)``, λ per kind (:attr:`RankingPolicy.lambdas`),
+  default 0.001 (:data:`DEFAULT_LAMBDA`). The hours run from the record's creation
+  by default (``decay_from="created"``): a record that is recalled often should not
+  look younger than it is, and the benchmark measures both.
 * **Importance** (0..1, default 0.5) multiplies by ``1 + weight·(importance - 0.5)``.
 * **Supersession**: a new record with the same subject, kind and key tag value
   invalidates the older valid one, unless the kind's rule forbids it (a
@@ -37,11 +39,11 @@ DecayFrom = Literal["created", "access"]
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_TAGS = 32
 MAX_TAG_VALUE_CHARS = 256
-#: λ per hour. Not the 0.001 first proposed: over a six-month history 0.001 spans a 5x
-#: factor while reciprocal-rank scores of ranks 1..10 differ by ~15%, so decay overrode
-#: relevance (recall@5 0.72 vs 0.94 without decay on the suite); 1e-5 (a six-month-old
-#: record weighs 0.96 of a new one) only breaks near-ties. BENCHMARKS.md has the sweep.
-DEFAULT_LAMBDA = 0.00001
+#: λ per hour, the issue's 0.001: with k = 1 fusion it lifts the newest of similar
+#: events (the "last call" queries: 0.36 -> 0.70 recall@5) and costs the facts little.
+DEFAULT_LAMBDA = 0.001
+#: the reciprocal-rank constant (see the module docstring)
+DEFAULT_RRF_K = 1.0
 
 
 def check_tags(tags: Mapping[str, TagValue]) -> dict[str, TagValue]:
@@ -100,7 +102,7 @@ class RankingPolicy:
     """How candidates are scored. Every field is measured in BENCHMARKS.md."""
 
     fusion: Fusion = "rrf"
-    rrf_k: float = 60.0
+    rrf_k: float = DEFAULT_RRF_K
     text_weight: float = 0.5
     vector_weight: float = 0.5
     lambdas: Mapping[str, float] = field(default_factory=dict)
