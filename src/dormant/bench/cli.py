@@ -415,3 +415,23 @@ def recall(
         )
     console.print(table)
     console.print(f"rss {summary['rss_bytes']:,} bytes; wrote {out / 'summary.json'}")
+
+
+@bench_app.command("retention")
+def retention(
+    turns: Annotated[int, typer.Option(min=10, envvar="DORMANT_BENCH_TURNS")] = 2000,
+    output_kb: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_OUTPUT_KB")] = 50,
+    keep: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_KEEP")] = 200,
+    every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_GC_EVERY")] = 50,
+    sample_every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_SAMPLE_EVERY")] = 100,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/retention"),
+) -> None:
+    """Store size over TURNS tool turns of one agent (OUTPUT_KB KB outputs), without and with retention."""
+    import asyncio
+
+    from .retention import bench
+
+    summary = asyncio.run(
+        bench(out, turns=turns, output_kb=output_kb, keep=keep, every=every, sample_every=sample_every)
+    )
+    Console().print_json(json.dumps(summary))

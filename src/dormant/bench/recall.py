@@ -35,7 +35,7 @@ import psutil
 from ..memory.blocking import blocking_store
 from ..memory.core import HYBRID, MemoryConfig, MemoryCore, RecallMode
 from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
-from ..memory.ranking import RankingPolicy
+from ..memory.ranking import Fusion, RankingPolicy
 from ..memory.records import DEFAULT_TENANT, MemoryKind, NewMemory, TagValue
 from ..store.sqlite import SQLiteStore
 from .recall_eval import CachingEmbedder, RandomEmbedder, percentile, run_queries
@@ -134,7 +134,12 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
     variants: dict[str, Any] = {
         f"pull_records_{pulled_config.pull_records}": run_queries(pulled, queries, ids_pulled, HYBRID)
     }
-    for fusion, rrf_k in (("rrf", RankingPolicy().rrf_k), ("rrf", 60.0), ("weighted", 0.0)):
+    families: tuple[tuple[Fusion, float], ...] = (
+        ("rrf", RankingPolicy().rrf_k),
+        ("rrf", 60.0),
+        ("weighted", 0.0),
+    )
+    for fusion, rrf_k in families:
         for lam in LAMBDAS:
             policy = RankingPolicy(fusion=fusion, rrf_k=rrf_k or 60.0, default_lambda=lam)
             name = f"{fusion}{f'_k{rrf_k:g}' if rrf_k else ''}_lambda_{lam:g}"

@@ -1,7 +1,7 @@
 """The PostgreSQL store's memory rows: the :class:`~dormant.memory.backend.MemoryBackend`
 of :class:`~dormant.store.postgres.backend.PostgresBackend`.
 
-The rows live in the store's schema (tables from ``migrations/0006_memory_records.sql``)
+The rows live in the store's schema (tables from ``migrations/0007_memory_records.sql``)
 and go through the store's connection pool and error translation
 (:func:`~dormant.store.postgres.driver.translate`). Each operation is one transaction
 on a pooled connection, run on the event loop the store runs on

@@ -1,6 +1,6 @@
 """Every statement of the PostgreSQL store's memory rows, and the row conversions.
 
-The tables are the store's (``schema.sql``, ``migrations/0006_memory_records.sql``);
+The tables are the store's (``schema.sql``, ``migrations/0007_memory_records.sql``);
 the vector column and its HNSW index are added when the first embedder claims the
 memory (its dimension is known then), only where the ``vector`` extension exists.
 Extension objects (the ``vector`` type, the ``<=>`` operator) are found through the

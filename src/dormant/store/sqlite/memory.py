@@ -1,7 +1,7 @@
 """The SQLite store's memory rows: the :class:`~dormant.memory.backend.MemoryBackend` of
 :class:`~dormant.store.sqlite.backend.SQLiteBackend`, reached as its ``memory_backend``.
 
-The rows live in the store's file (tables from ``migrations/0004_memory_records.sql``)
+The rows live in the store's file (tables from ``migrations/0005_memory_records.sql``)
 and go through the store's connections: each write is a job of the store's
 group-committing writer (same file, same transactions, errors translated by the
 store's :func:`~dormant.store.sqlite.connect.translate`), each read runs on the
@@ -49,30 +49,35 @@ T = TypeVar("T")
 SCOPED_TEXT_ROWS = 2000
 
 
-def open_memory(
-    submit: Callable[[Callable[[Conn], Any], int], Awaitable[Any]],
-    reader: Callable[[], Conn],
-    conns: Sequence[Conn],
-) -> SQLiteMemoryBackend:
-    """The memory rows of a store being opened (on its event loop): jobs go to ``submit``
-    (the store's writer queue) and ``reader``; sqlite-vec is loaded into each of ``conns``
-    (when it cannot be, :attr:`~SQLiteMemoryBackend.vector_available` is False and recall
-    degrades to text + structure)."""
-    loaded = all([load_vector_extension(conn) for conn in {id(c): c for c in conns}.values()])
-    rows = StoreRows(asyncio.get_running_loop(), submit, reader)
-    return SQLiteMemoryBackend(rows, vector_available=loaded)
+class MemoryRows:
+    """The memory rows of one SQLite backend, built when the store opens (they need the
+    store's event loop and its open connections)."""
+
+    def __init__(
+        self, submit: Callable[[Callable[[Conn], Any], int], Awaitable[Any]], reader: Callable[[], Conn]
+    ) -> None:
+        self._submit = submit
+        self._reader = reader
+        self._backend: SQLiteMemoryBackend | None = None
+
+    def open(self, conns: Sequence[Conn]) -> None:
+        """On the store's event loop, as it opens: jobs go to ``submit`` (the store's writer
+        queue) and ``reader``; sqlite-vec is loaded into each of ``conns`` (when it cannot be,
+        :attr:`~SQLiteMemoryBackend.vector_available` is False and recall degrades)."""
+        loaded = all([load_vector_extension(conn) for conn in {id(c): c for c in conns}.values()])
+        rows = StoreRows(asyncio.get_running_loop(), self._submit, self._reader)
+        self._backend = SQLiteMemoryBackend(rows, vector_available=loaded)
+
+    def rows(self) -> SQLiteMemoryBackend:
+        """The rows of the opened store (StoreError before it was opened; once it is closed,
+        each of their operations raises StoreError: its writer and reader are gone)."""
+        if self._backend is None:
+            raise StoreError("the store is not open")
+        return self._backend
 
 
 class SQLiteMemoryBackend:
     """Memory rows in the SQLite store's file, through the store's writer and reader."""
-
-    @staticmethod
-    def of_open_store(memory: SQLiteMemoryBackend | None) -> SQLiteMemoryBackend:
-        """``memory``, the rows of an opened store; StoreError before the store was opened.
-        (Once it is closed, every operation raises StoreError: the writer and reader are gone.)"""
-        if memory is None:
-            raise StoreError("the store is not open")
-        return memory
 
     def __init__(self, rows: StoreRows, *, vector_available: bool) -> None:
         self._rows = rows

@@ -1,4 +1,4 @@
--- schema 3 -> 4: long-term memory (issue 15). Records are never deleted: supersession and forget set invalid_at.
+-- schema 4 -> 5: long-term memory (issue 15). Records are never deleted: supersession and forget set invalid_at.
 -- The vector table (sqlite-vec vec0) is created on first use, when the embedder's dimension is known.
 CREATE TABLE memory_records (
     rid            INTEGER PRIMARY KEY,

@@ -1,4 +1,4 @@
--- schema 5 -> 6: long-term memory (issue 15). Records are never deleted: supersession and
+-- schema 6 -> 7: long-term memory (issue 15). Records are never deleted: supersession and
 -- forget set invalid_at. The vector column (pgvector) and its HNSW index are added when the
 -- first embedder claims the memory, only where the extension exists (see store/postgres/memory.py).
 CREATE TABLE memory_records (
