@@ -12,11 +12,12 @@ Per thread, with the defaults of :class:`RetentionPolicy`:
   record; the 20 runs before keep only the last change of each key per run (their
   key figures: the state at every run's end); older change records are folded into
   the newest recoverable full checkpoint that covers them.
-- **history**: messages of runs older than those 25 that a compaction summary
-  covers are deleted (the summary stands for them); never in a thread that has
-  children (their views read the parent's history), never splitting a call from
-  its result (a run starts at a user message, which a thread takes only when no
-  call is open).
+- **history**: whole runs older than those 25, and older than the run of the
+  oldest whole tool result, that a compaction summary covers are deleted (the
+  summary stands for them; whole tool results are never deleted, only their cut
+  excerpts go); never in a thread that has children (their views read the parent's
+  history), never splitting a call from its result (a run starts at a user message,
+  which a thread takes only when no call is open).
 - **dedup keys**: kept for ``dedup_horizon_s`` (7 days) after their input was
   admitted, then pruned, unless their input is still pending or an outbox entry
   still names them. The guarantee: a redelivery within the horizon is recognised as
@@ -201,7 +202,10 @@ async def gc_round(
                 thread.id, keep=strict.keep_tool_calls, head_chars=policy.head_chars, limit=policy.per_round
             )
             deleted += await store.prune_history(
-                thread.id, keep_runs=strict.history_runs, limit=policy.per_round
+                thread.id,
+                keep_runs=strict.history_runs,
+                keep_tool_calls=strict.keep_tool_calls,
+                limit=policy.per_round,
             )
             if forced is not None and await store.journal.maybe_checkpoint(thread.id, forced, now):
                 written += 1

@@ -89,16 +89,18 @@ async def test_dedup_keys_past_the_horizon_are_forgotten(store: Store, clock: Fa
 
 async def test_old_runs_covered_by_a_summary_are_deleted_whole(store: Store) -> None:
     await tool_turns(store, "t", 6, 100)  # runs 1-6: seqs 4r-3 .. 4r (user, call, result, reply)
-    assert await store.prune_history("t", keep_runs=2, limit=100) == 0, "no summary: nothing goes"
+    assert await store.prune_history("t", keep_runs=2, keep_tool_calls=1, limit=100) == 0, "no summary"
     summary = Summary(
         thread_id="t", upto_seq=16, content="runs 1-4", tokens=3, covered_tokens=0, made_at_seq=24
     )
     await turn(store, "t", "s", summary=summary)  # run 7: seqs 25, 26
-    # keep the 2 newest runs (6 and 7) and what the summary does not cover: seqs 17..26
-    assert await store.prune_history("t", keep_runs=2, limit=5) == 4, "whole runs within limit: run 1"
-    assert await store.prune_history("t", keep_runs=2, limit=5) == 4, "run 2"
-    assert await store.prune_history("t", keep_runs=2, limit=100) == 8, "runs 3 and 4"
-    assert await store.prune_history("t", keep_runs=2, limit=100) == 0
+    # 4 whole tool results: runs 3-6 stay whole, so only runs 1-2 may go, a run at a time
+    assert await store.prune_history("t", keep_runs=2, keep_tool_calls=4, limit=5) == 4, "run 1"
+    assert await store.prune_history("t", keep_runs=2, keep_tool_calls=4, limit=5) == 4, "run 2"
+    assert await store.prune_history("t", keep_runs=2, keep_tool_calls=4, limit=100) == 0
+    # 1 whole result: what the summary covers and the 2 newest runs bound it: runs 3-4 go
+    assert await store.prune_history("t", keep_runs=2, keep_tool_calls=1, limit=100) == 8
+    assert await store.prune_history("t", keep_runs=2, keep_tool_calls=1, limit=100) == 0
     history = await all_messages(store, "t")
     assert [m.seq for m in history] == list(range(17, 27))
     paired(history)
@@ -114,7 +116,7 @@ async def test_a_thread_with_children_keeps_its_history(store: Store) -> None:
     summary = Summary(thread_id="p", upto_seq=8, content="s", tokens=1, covered_tokens=0, made_at_seq=12)
     child = NewThread(id="p/c", agent="a", parent_id="p", parent_seq=12)
     await turn(store, "p", "s", summary=summary, threads=[child])
-    assert await store.prune_history("p", keep_runs=1, limit=100) == 0
+    assert await store.prune_history("p", keep_runs=1, keep_tool_calls=1, limit=100) == 0
     assert len(await all_messages(store, "p")) == 14
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -118,8 +119,11 @@ async def run_mode(
     """Run ``turns`` turns on a fresh store; samples every ``sample_every`` turns."""
     mode = "retention" if retention else "none"
     path = out / f"{mode}.db"
-    for stale in out.glob(f"{mode}.db*"):
-        stale.unlink()
+    for stale in out.glob(f"{mode}.db*"):  # the file, its WAL, its workers' lock directory
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink()
     clock = SimClock()
     store = SQLiteStore(f"sqlite:///{path}", max_input_bytes=max(1, output_kb + 1) * 1024, clock=clock)
     policy = RetentionPolicy(full_tool_calls=keep, dedup_horizon_s=horizon_s, per_round=max(500, 4 * every))

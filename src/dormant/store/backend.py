@@ -312,10 +312,14 @@ class Backend(Protocol):
         more deleted. One transaction; how many were cut."""
         ...
 
-    async def prune_history(self, thread_id: str, keep_runs: int, note: str, limit: int) -> int:
+    async def prune_history(
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+    ) -> int:
         """Delete the thread's oldest messages: those before its ``keep_runs``-th newest
-        user message (a run's start: no call is open there) and covered by its summary
-        (seq <= ``summary_seq``); nothing in a thread that has children. Whole runs at a
+        user message (a run's start: no call is open there), before the run of its
+        oldest whole tool result (the ``keep_tool_calls``-th newest tool result, or the
+        oldest if it has fewer) and covered by its summary (seq <= ``summary_seq``);
+        nothing in a thread that has children. Whole runs at a
         time, as many as fit in ``limit`` messages (at least one), so no call is parted
         from its result. Blob refs are released as by :meth:`shrink_tool_results`
         (``note``: what a cut result ends with). One transaction; how many were deleted."""

@@ -242,10 +242,11 @@ class Store(Protocol):
         refers to any more are collected); how many."""
         ...
 
-    async def prune_history(self, thread_id: str, *, keep_runs: int, limit: int) -> int:
-        """Retention: delete whole runs older than the thread's ``keep_runs`` newest that
-        its summary covers (never in a thread with children), about ``limit`` messages
-        at most; how many messages."""
+    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
+        """Retention: delete whole runs older than the thread's ``keep_runs`` newest and
+        than the run of its oldest whole tool result (its ``keep_tool_calls`` newest are
+        whole) that its summary covers (never in a thread with children), about
+        ``limit`` messages at most; how many messages."""
         ...
 
     async def prune_dedup_keys(self, *, before: float, limit: int) -> int:

@@ -438,12 +438,15 @@ class StoreCore:
             self.views.discard(thread_id)
         return cut
 
-    async def prune_history(self, thread_id: str, *, keep_runs: int, limit: int) -> int:
+    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
         """Delete the thread's oldest runs that its summary covers, keeping its
-        ``keep_runs`` newest (see :meth:`Backend.prune_history`); how many messages."""
-        if keep_runs < 1 or limit < 1:
-            raise UsageError("keep_runs and limit must be >= 1")
-        deleted = await self.backend.prune_history(thread_id, keep_runs, RETENTION_NOTE, limit)
+        ``keep_runs`` newest and those of its ``keep_tool_calls`` newest tool results
+        (see :meth:`Backend.prune_history`); how many messages."""
+        if min(keep_runs, keep_tool_calls, limit) < 1:
+            raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
+        deleted = await self.backend.prune_history(
+            thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit
+        )
         if deleted:
             self.views.discard(thread_id)
         return deleted

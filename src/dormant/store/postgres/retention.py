@@ -89,13 +89,17 @@ class PgRetention:
             raise translate(exc) from exc
         return len(picked)
 
-    async def prune_history(self, thread_id: str, keep_runs: int, note: str, limit: int) -> int:
+    async def prune_history(
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+    ) -> int:
         """Delete whole old runs covered by the thread's summary (see the Backend protocol)."""
         try:
             async with self.pool().connection() as conn, conn.transaction():
                 await conn.execute(sql.SET_LOCAL_LOCK_TIMEOUT.format(ms=int(self.lock_timeout_s * 1000)))
                 row = await (
-                    await conn.execute(sql.HISTORY_BOUND, {"id": thread_id, "runs": keep_runs})
+                    await conn.execute(
+                        sql.HISTORY_BOUND, {"id": thread_id, "runs": keep_runs, "tools": keep_tool_calls}
+                    )
                 ).fetchone()
                 if row is None or row[1] is None or row[1] >= row[0]:
                     return 0

@@ -393,11 +393,18 @@ WHERE thread_id = %(id)s AND role = 'tool' AND left(content, length(%(shown)s)) 
 """
 DROP_REF = "DELETE FROM blob_refs WHERE thread_id = %s AND ref = %s"
 HISTORY_BOUND = """
+WITH w AS (
+  SELECT coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = %(id)s AND k.role = 'tool'
+                   ORDER BY k.seq DESC LIMIT 1 OFFSET %(tools)s - 1),
+                  (SELECT min(k.seq) FROM messages k WHERE k.thread_id = %(id)s AND k.role = 'tool')) AS seq)
 SELECT least(t.summary_seq + 1,
              coalesce((SELECT m.seq FROM messages m WHERE m.thread_id = t.id AND m.role = 'user'
-                       ORDER BY m.seq DESC LIMIT 1 OFFSET %(runs)s - 1), 0)),
+                       ORDER BY m.seq DESC LIMIT 1 OFFSET %(runs)s - 1), 0),
+             CASE WHEN w.seq IS NULL THEN t.summary_seq + 1
+                  ELSE coalesce((SELECT max(u.seq) FROM messages u
+                                 WHERE u.thread_id = t.id AND u.role = 'user' AND u.seq <= w.seq), 0) END),
        (SELECT min(m.seq) FROM messages m WHERE m.thread_id = t.id)
-FROM threads t WHERE t.id = %(id)s AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = t.id)
+FROM threads t, w WHERE t.id = %(id)s AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = t.id)
 """
 RUN_STARTS = """
 SELECT min(seq), max(seq) FROM messages WHERE thread_id = %s AND role = 'user' AND seq > %s AND seq <= %s

@@ -55,12 +55,15 @@ class SQLiteRetention:
         result: int = await self._write(job, 256)
         return result
 
-    async def prune_history(self, thread_id: str, keep_runs: int, note: str, limit: int) -> int:
-        """Delete the oldest messages before the thread's ``keep_runs``-th newest run that
-        its summary covers, whole runs at a time, about ``limit`` at most; how many."""
+    async def prune_history(
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+    ) -> int:
+        """Delete the oldest messages before the thread's ``keep_runs``-th newest run and
+        the run of its oldest whole tool result that its summary covers, whole runs at a
+        time, about ``limit`` at most; how many."""
 
         def job(conn: Conn) -> int:
-            row = conn.execute(sql.HISTORY_BOUND, (thread_id, keep_runs)).fetchone()
+            row = conn.execute(sql.HISTORY_BOUND, (thread_id, keep_runs, keep_tool_calls)).fetchone()
             if row is None or row[1] is None or row[1] >= row[0]:
                 return 0
             bound, first = int(row[0]), int(row[1])

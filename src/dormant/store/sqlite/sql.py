@@ -488,14 +488,22 @@ SELECT 1 FROM messages WHERE thread_id = ?1 AND role = 'tool' AND substr(content
 """
 DROP_REF = "DELETE FROM blob_refs WHERE thread_id = ? AND ref = ?"
 # Where thread ?1's history may be cut: before its ?2-th newest user message (a run
-# starts there, with no call open) and after what its summary covers; and its oldest
-# message. No row when it has children (their views read its history).
+# starts there, with no call open), before the run of its oldest whole tool result
+# (the ?3-th newest, or the oldest if fewer) and after what its summary covers; and its
+# oldest message. No row when it has children (their views read its history).
 HISTORY_BOUND = """
+WITH w AS (
+  SELECT coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = ?1 AND k.role = 'tool'
+                   ORDER BY k.seq DESC LIMIT 1 OFFSET ?3 - 1),
+                  (SELECT min(k.seq) FROM messages k WHERE k.thread_id = ?1 AND k.role = 'tool')) AS seq)
 SELECT min(t.summary_seq + 1,
            coalesce((SELECT m.seq FROM messages m WHERE m.thread_id = ?1 AND m.role = 'user'
-                     ORDER BY m.seq DESC LIMIT 1 OFFSET ?2 - 1), 0)),
+                     ORDER BY m.seq DESC LIMIT 1 OFFSET ?2 - 1), 0),
+           CASE WHEN w.seq IS NULL THEN t.summary_seq + 1
+                ELSE coalesce((SELECT max(u.seq) FROM messages u
+                               WHERE u.thread_id = ?1 AND u.role = 'user' AND u.seq <= w.seq), 0) END),
        (SELECT min(m.seq) FROM messages m WHERE m.thread_id = ?1)
-FROM threads t WHERE t.id = ?1 AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = ?1)
+FROM threads t, w WHERE t.id = ?1 AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = ?1)
 """
 RUN_STARTS = (
     "SELECT min(seq), max(seq) FROM messages WHERE thread_id = ? AND role = 'user' AND seq > ? AND seq <= ?"
