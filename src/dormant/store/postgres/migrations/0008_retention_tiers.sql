@@ -1,4 +1,4 @@
--- schema 6 -> 7: retention tiers (issue 17 item 2). A dedup key remembers when its input
+-- schema 7 -> 8: retention tiers (issue 17 item 2). A dedup key remembers when its input
 -- was admitted, so keys past the dedup horizon can be pruned (keys from before this
 -- migration count as admitted now: they are kept a whole horizon more); a journal entry
 -- remembers the thread's message seq it went with (fork and rewind branch there); the
