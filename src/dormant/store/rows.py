@@ -14,6 +14,7 @@ import msgspec
 from ..records import (
     ApiKey,
     Input,
+    JournalEntry,
     Message,
     OutboxEntry,
     Priority,
@@ -42,9 +43,12 @@ OUTBOX_COLS = (
     "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
     "lease_token, last_error, created_at"
 )
+JOURNAL_COLS = (
+    "thread_id, seq, kind, key, value, run, upto, parts, size, digest, recoverable, created_at, msg_seq"
+)
 THREAD_WIDTH = THREAD_COLS.count(",") + 1
 #: Tables whose rows belong to a thread (``thread_id``), deleted with it.
-THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries")
+THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries", "state_journal", "state_parts")
 
 PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
 TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])
@@ -179,3 +183,22 @@ def usage_and_waits(
         "waiting_until": float(waiting[1] or 0),
         "waiting_by_reason": {str(reason): int(count) for reason, count in reasons},
     }
+
+
+def row_journal(row: Sequence[Any]) -> JournalEntry:
+    """A ``state_journal`` row (JOURNAL_COLS) as a :class:`JournalEntry`."""
+    return JournalEntry(
+        thread_id=row[0],
+        seq=row[1],
+        kind=row[2],
+        key=row[3],
+        value=row[4],
+        run=row[5],
+        upto=row[6],
+        parts=row[7],
+        size=row[8],
+        digest=row[9],
+        recoverable=bool(row[10]),
+        created_at=row[11],
+        msg_seq=row[12],
+    )

@@ -31,17 +31,11 @@ CREATE TABLE threads (
     -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
     -- whose ids extend their parent's, inherit it
     tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL,
-    -- tokens the model server counted for the thread's committed slices
-    usage_prompt      INTEGER NOT NULL DEFAULT 0,
-    usage_completion  INTEGER NOT NULL DEFAULT 0,
-    usage_cached      INTEGER NOT NULL DEFAULT 0,
-    -- why (and until when) the thread waits on its model endpoint, uncounted as a failure
-    wait_reason       TEXT,
-    wait_until        REAL NOT NULL DEFAULT 0
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
-CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
 
@@ -87,14 +81,7 @@ CREATE TABLE messages (
     source       TEXT,
     input_id     INTEGER,
     created_at   REAL NOT NULL,
-    tokens       INTEGER, -- counted when written; NULL on rows written before schema 2
-    -- an assistant message: the server's finish_reason ('length': cut by the output cap),
-    -- the model's reasoning (apart from the answer), the tokens the server counted
-    finish_reason    TEXT,
-    reasoning        TEXT,
-    usage_prompt     INTEGER,
-    usage_completion INTEGER,
-    usage_cached     INTEGER
+    tokens       INTEGER  -- counted when written; NULL on rows written before schema 2
 );
 CREATE UNIQUE INDEX messages_thread_seq ON messages (thread_id, seq);
 
@@ -176,3 +163,32 @@ CREATE TABLE api_keys (
     revoked_at REAL
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
+
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable = 1, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   TEXT NOT NULL REFERENCES threads(id),
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         TEXT,
+    value       TEXT,
+    run         INTEGER NOT NULL DEFAULT 0,
+    upto        INTEGER NOT NULL DEFAULT 0,
+    parts       INTEGER NOT NULL DEFAULT 0,
+    size        INTEGER NOT NULL DEFAULT 0,
+    digest      TEXT,
+    recoverable INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE TABLE state_parts (
+    thread_id TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
+) WITHOUT ROWID;

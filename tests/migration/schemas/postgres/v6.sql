@@ -40,17 +40,11 @@ CREATE TABLE threads (
     -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
     -- whose ids extend their parent's, inherit it
     tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED,
-    -- tokens the model server counted for the thread's committed slices
-    usage_prompt      bigint NOT NULL DEFAULT 0,
-    usage_completion  bigint NOT NULL DEFAULT 0,
-    usage_cached      bigint NOT NULL DEFAULT 0,
-    -- why (and until when) the thread waits on its model endpoint, uncounted as a failure
-    wait_reason       text,
-    wait_until        double precision NOT NULL DEFAULT 0
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
-CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
@@ -97,13 +91,6 @@ CREATE TABLE messages (
     input_id     bigint,
     created_at   double precision NOT NULL,
     tokens       integer,  -- counted when written; NULL on rows written before schema 2
-    -- an assistant message: the server's finish_reason ('length': cut by the output cap),
-    -- the model's reasoning (apart from the answer), the tokens the server counted
-    finish_reason    text,
-    reasoning        text,
-    usage_prompt     integer,
-    usage_completion integer,
-    usage_cached     integer,
     PRIMARY KEY (thread_id, seq)
 );
 
@@ -179,6 +166,35 @@ CREATE TABLE workers (
     pid          integer NOT NULL,
     started_at   timestamptz NOT NULL,
     heartbeat_at timestamptz NOT NULL
+);
+
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   text COLLATE "C" NOT NULL REFERENCES threads (id),
+    seq         bigint NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         text,
+    value       text,
+    run         bigint NOT NULL DEFAULT 0,
+    upto        bigint NOT NULL DEFAULT 0,
+    parts       integer NOT NULL DEFAULT 0,
+    size        bigint NOT NULL DEFAULT 0,
+    digest      text,
+    recoverable boolean NOT NULL DEFAULT false,
+    created_at  double precision NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE TABLE state_parts (
+    thread_id text COLLATE "C" NOT NULL,
+    seq       bigint NOT NULL,
+    idx       integer NOT NULL,
+    data      text NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
 );
 
 -- Admit one input. A known (thread, key) changes nothing and answers the first input's
@@ -267,7 +283,6 @@ DECLARE
     v_summary_seq bigint;
     v_tokens bigint := (SELECT coalesce(sum((m ->> 'tokens')::bigint), 0)
                         FROM jsonb_array_elements(p_plan -> 'messages') m);
-    v_usage jsonb := p_plan -> 'usage';
 BEGIN
     SELECT t.lease_token, t.last_seq, t.agent, t.summary_seq
     INTO v_token, v_last, v_agent, v_summary_seq
@@ -311,17 +326,14 @@ BEGIN
                 MESSAGE = format('the messages of %L do not continue its history', v_thread);
         END IF;
         INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name,
-                              source, input_id, created_at, tokens, finish_reason, reasoning,
-                              usage_prompt, usage_completion, usage_cached)
+                              source, input_id, created_at, tokens)
         SELECT v_thread, m.seq, m.role, m.content,
                CASE WHEN jsonb_array_length(m.tool_calls) > 0 THEN m.tool_calls::text END,
                m.tool_call_id, m.name, m.source, m.input_id, coalesce(nullif(m.created_at, 0), p_now),
-               m.tokens, m.finish_reason, m.reasoning, (m.usage ->> 'prompt')::integer,
-               (m.usage ->> 'completion')::integer, (m.usage ->> 'cached')::integer
+               m.tokens
         FROM jsonb_to_recordset(p_plan -> 'messages') AS m (
             seq bigint, role text, content text, tool_calls jsonb, tool_call_id text, name text,
-            source text, input_id bigint, created_at double precision, tokens integer,
-            finish_reason text, reasoning text, usage jsonb);
+            source text, input_id bigint, created_at double precision, tokens integer);
     END IF;
     IF jsonb_array_length(p_plan -> 'calls') > 0 THEN
         INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
@@ -341,10 +353,7 @@ BEGIN
         awaiting = v_awaiting, failures = 0, error = NULL,
         lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = p_now,
         tokens = t.tokens + v_tokens,
-        usage_prompt = t.usage_prompt + coalesce((v_usage ->> 'prompt')::bigint, 0),
-        usage_completion = t.usage_completion + coalesce((v_usage ->> 'completion')::bigint, 0),
-        usage_cached = t.usage_cached + coalesce((v_usage ->> 'cached')::bigint, 0),
-        wait_reason = NULL, wait_until = 0,
+        runs = t.runs + coalesce((p_plan ->> 'runs')::bigint, 0),
         summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
         summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i
@@ -352,6 +361,15 @@ BEGIN
         ready_at = (SELECT min(i.not_before) FROM inputs i
                     WHERE i.thread_id = v_thread AND (v_awaiting = 0 OR i.kind = 'tool_result'))
     WHERE t.id = v_thread;
+    IF jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN
+        -- state change records, numbered after the journal's newest (the thread row is locked)
+        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at)
+        SELECT v_thread,
+               (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
+               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value',
+               (SELECT t.runs FROM threads t WHERE t.id = v_thread), p_now
+        FROM jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n);
+    END IF;
     IF jsonb_array_length(p_plan -> 'admissions') > 0 THEN
         PERFORM 1 FROM dormant_admit(p_plan -> 'admissions', p_sort_keys, p_now);
     END IF;

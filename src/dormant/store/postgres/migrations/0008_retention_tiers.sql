@@ -1,19 +1,53 @@
--- schema 5 -> 6: what the model server said about each reply (issue 14): on an assistant
--- message its finish_reason ('length': cut by the output cap), its reasoning (kept apart
--- from the answer) and the tokens the server counted; on a thread those tokens summed, and
--- the wait of a thread whose model endpoint is down (reason, until when).
--- dormant_commit_slice writes them.
-ALTER TABLE messages ADD COLUMN finish_reason text;
-ALTER TABLE messages ADD COLUMN reasoning text;
-ALTER TABLE messages ADD COLUMN usage_prompt integer;
-ALTER TABLE messages ADD COLUMN usage_completion integer;
-ALTER TABLE messages ADD COLUMN usage_cached integer;
-ALTER TABLE threads ADD COLUMN usage_prompt bigint NOT NULL DEFAULT 0;
-ALTER TABLE threads ADD COLUMN usage_completion bigint NOT NULL DEFAULT 0;
-ALTER TABLE threads ADD COLUMN usage_cached bigint NOT NULL DEFAULT 0;
-ALTER TABLE threads ADD COLUMN wait_reason text;
-ALTER TABLE threads ADD COLUMN wait_until double precision NOT NULL DEFAULT 0;
-CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
+-- schema 7 -> 8: retention tiers (issue 17 item 2). A dedup key remembers when its input
+-- was admitted, so keys past the dedup horizon can be pruned (keys from before this
+-- migration count as admitted now: they are kept a whole horizon more); a journal entry
+-- remembers the thread's message seq it went with (fork and rewind branch there); the
+-- newest change of a key is found by index. dormant_admit_one stamps the key,
+-- dormant_commit_slice the change records.
+ALTER TABLE input_keys ADD COLUMN admitted_at double precision NOT NULL DEFAULT 0;
+UPDATE input_keys SET admitted_at = extract(epoch FROM clock_timestamp());
+CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
+ALTER TABLE state_journal ADD COLUMN msg_seq bigint NOT NULL DEFAULT 0;
+CREATE INDEX state_journal_keys ON state_journal (thread_id, key, seq) WHERE key IS NOT NULL;
+
+CREATE OR REPLACE FUNCTION dormant_admit_one(
+    p_thread text, p_agent text, p_key text, p_kind text, p_priority smallint,
+    p_not_before double precision, p_sort_key double precision, p_content text,
+    p_call_id text, p_tool text, p_is_error boolean, p_source text, p_now double precision,
+    OUT r_input_id bigint, OUT r_duplicate boolean
+) LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_agent IS NOT NULL THEN
+        INSERT INTO threads (id, agent, created_at, updated_at)
+        VALUES (p_thread, p_agent, p_now, p_now)
+        ON CONFLICT (id) DO NOTHING;
+    ELSIF NOT EXISTS (SELECT 1 FROM threads t WHERE t.id = p_thread) THEN
+        RAISE EXCEPTION USING ERRCODE = 'DM002',
+            MESSAGE = format('no thread %L (pass an agent to create it)', p_thread);
+    END IF;
+    -- the key row first: a concurrent admission of the same key waits here, then
+    -- sees a conflict and reads the winner's id below (each statement has a new snapshot)
+    INSERT INTO input_keys AS k (thread_id, dedup_key, input_id, admitted_at)
+    VALUES (p_thread, p_key, nextval('input_ids'), p_now)
+    ON CONFLICT DO NOTHING
+    RETURNING k.input_id INTO r_input_id;
+    IF r_input_id IS NULL THEN
+        SELECT k.input_id INTO r_input_id
+        FROM input_keys k WHERE k.thread_id = p_thread AND k.dedup_key = p_key;
+        r_duplicate := true;
+        RETURN;
+    END IF;
+    INSERT INTO inputs (id, thread_id, dedup_key, kind, priority, not_before, admitted_at,
+                        sort_key, content, call_id, tool_name, is_error, source)
+    VALUES (r_input_id, p_thread, p_key, p_kind, p_priority, p_not_before, p_now,
+            p_sort_key, p_content, p_call_id, p_tool, p_is_error, p_source);
+    UPDATE threads t
+    SET ready_key = LEAST(coalesce(t.ready_key, p_sort_key), p_sort_key),
+        ready_at = LEAST(coalesce(t.ready_at, p_not_before), p_not_before)
+    WHERE t.id = p_thread AND t.status = 'active' AND (t.awaiting = 0 OR p_kind = 'tool_result');
+    r_duplicate := false;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION dormant_commit_slice(
     p_plan jsonb, p_sort_keys double precision[], p_now double precision
@@ -32,7 +66,6 @@ DECLARE
     v_summary_seq bigint;
     v_tokens bigint := (SELECT coalesce(sum((m ->> 'tokens')::bigint), 0)
                         FROM jsonb_array_elements(p_plan -> 'messages') m);
-    v_usage jsonb := p_plan -> 'usage';
 BEGIN
     SELECT t.lease_token, t.last_seq, t.agent, t.summary_seq
     INTO v_token, v_last, v_agent, v_summary_seq
@@ -76,17 +109,14 @@ BEGIN
                 MESSAGE = format('the messages of %L do not continue its history', v_thread);
         END IF;
         INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name,
-                              source, input_id, created_at, tokens, finish_reason, reasoning,
-                              usage_prompt, usage_completion, usage_cached)
+                              source, input_id, created_at, tokens)
         SELECT v_thread, m.seq, m.role, m.content,
                CASE WHEN jsonb_array_length(m.tool_calls) > 0 THEN m.tool_calls::text END,
                m.tool_call_id, m.name, m.source, m.input_id, coalesce(nullif(m.created_at, 0), p_now),
-               m.tokens, m.finish_reason, m.reasoning, (m.usage ->> 'prompt')::integer,
-               (m.usage ->> 'completion')::integer, (m.usage ->> 'cached')::integer
+               m.tokens
         FROM jsonb_to_recordset(p_plan -> 'messages') AS m (
             seq bigint, role text, content text, tool_calls jsonb, tool_call_id text, name text,
-            source text, input_id bigint, created_at double precision, tokens integer,
-            finish_reason text, reasoning text, usage jsonb);
+            source text, input_id bigint, created_at double precision, tokens integer);
     END IF;
     IF jsonb_array_length(p_plan -> 'calls') > 0 THEN
         INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
@@ -106,10 +136,7 @@ BEGIN
         awaiting = v_awaiting, failures = 0, error = NULL,
         lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = p_now,
         tokens = t.tokens + v_tokens,
-        usage_prompt = t.usage_prompt + coalesce((v_usage ->> 'prompt')::bigint, 0),
-        usage_completion = t.usage_completion + coalesce((v_usage ->> 'completion')::bigint, 0),
-        usage_cached = t.usage_cached + coalesce((v_usage ->> 'cached')::bigint, 0),
-        wait_reason = NULL, wait_until = 0,
+        runs = t.runs + coalesce((p_plan ->> 'runs')::bigint, 0),
         summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
         summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i
@@ -117,6 +144,15 @@ BEGIN
         ready_at = (SELECT min(i.not_before) FROM inputs i
                     WHERE i.thread_id = v_thread AND (v_awaiting = 0 OR i.kind = 'tool_result'))
     WHERE t.id = v_thread;
+    IF jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN
+        -- state change records, numbered after the journal's newest (the thread row is locked)
+        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
+        SELECT v_thread,
+               (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
+               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value', t.runs, p_now, t.last_seq
+        FROM threads t, jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n)
+        WHERE t.id = v_thread;
+    END IF;
     IF jsonb_array_length(p_plan -> 'admissions') > 0 THEN
         PERFORM 1 FROM dormant_admit(p_plan -> 'admissions', p_sort_keys, p_now);
     END IF;

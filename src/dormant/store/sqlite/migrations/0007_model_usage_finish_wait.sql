@@ -1,4 +1,4 @@
--- schema 3 -> 4: what the model server said about each reply (issue 14): on an assistant
+-- schema 6 -> 7: what the model server said about each reply (issue 14): on an assistant
 -- message its finish_reason ('length': cut by the output cap), its reasoning (kept apart
 -- from the answer) and the tokens the server counted; on a thread those tokens summed, and
 -- the wait of a thread whose model endpoint is down (reason, until when).
