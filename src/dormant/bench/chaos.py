@@ -230,22 +230,30 @@ class Chaos:
             f.seek(offset)
             return f"start {pid}\n".encode() in f.read(64 * 1024)
 
-    def _kill_once(self, kills_left: int, mode: str) -> str | None:
-        """Start the victim and SIGKILL it; what went wrong, if it ended on its own or
-        stalled. A victim a crash pill ended is started again (same target and deadline)."""
-        before = self.db.progress()
+    def _target(self, now: int, kills_left: int) -> int:
+        """A random progress target past ``now`` for the next kill (``now`` if none is left)."""
         # what can be committed before the held-back wave: never more than the truth, so a
         # target is always reachable and a worker stuck short of it has lost work
         room = self.room + 2 * self._probes()
-        step = (room - before) / (kills_left + 0.5)
-        target = min(room, before + int(self.rng.uniform(0.2, 1.8) * step))
+        step = (room - now) / (kills_left + 0.5)
+        return max(now, min(room, now + int(self.rng.uniform(0.2, 1.8) * step)))
+
+    def _kill_once(self, kills_left: int, mode: str) -> str | None:
+        """Start the victim and SIGKILL it; what went wrong, if it ended on its own or
+        stalled. A victim a crash pill ended is started again (same kind of kill).
+
+        A "progress" kill draws its target when the victim has opened the store (the
+        standby commits meanwhile: a target drawn at start could be passed before the
+        victim takes part, and the kill would land before it holds anything)."""
+        before = self.db.progress()
+        target = self._target(before, kills_left)
         if mode == "progress" and target <= before:
             mode = "early"  # no work left before the held-back wave: kill while it recovers
         offset = self._acks_size()
         proc, started = self._start(die_after_ack=mode == "ack")
         deadline = time.monotonic() + KILL_WAIT_S
         last, moved = before, time.monotonic()
-        stalled = False
+        stalled = opened = False
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 if proc.returncode != POISON_EXIT:
@@ -255,7 +263,7 @@ class Chaos:
                 self._finish(proc, started, killed=False, mode="poison", before=before)
                 offset = self._acks_size()
                 proc, started = self._start()
-                moved = time.monotonic()
+                moved, opened = time.monotonic(), False
             self._tick()
             now = self.db.progress()
             if now != last:
@@ -263,13 +271,19 @@ class Chaos:
             elif mode == "progress" and time.monotonic() - moved > STALL_S:
                 stalled = True
                 break
-            if mode == "progress" and now >= target:
+            if not opened and self._opened(proc.pid, offset):
+                opened, moved = True, time.monotonic()
+                if mode == "progress":
+                    target = self._target(now, kills_left)
+                    if target <= now:
+                        mode = "early"
+                if mode == "early":
+                    # a random moment of its recovery: up to half a second after it opened
+                    # the store (or the target, if it gets there first)
+                    deadline = min(deadline, time.monotonic() + self.rng.uniform(0.0, 0.5))
+                    mode = "early-armed"
+            if mode == "progress" and opened and now >= target:
                 break
-            if mode == "early" and self._opened(proc.pid, offset):
-                # a random moment of its recovery: up to half a second after it opened the
-                # store (or the target, if it gets there first)
-                deadline = min(deadline, time.monotonic() + self.rng.uniform(0.0, 0.5))
-                mode = "early-armed"
             if mode == "early-armed" and target > before and now >= target:
                 break
             time.sleep(self.db.poll_s)
