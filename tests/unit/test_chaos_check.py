@@ -47,7 +47,13 @@ class FakeDb:
 
 
 def pill_run(
-    tmp_path: Path, *, status: str = "dead", claims: int = CAP + 1, runs: int = CAP, answer: str | None = None
+    tmp_path: Path,
+    *,
+    status: str = "dead",
+    claims: int = CAP + 1,
+    runs: int = CAP,
+    answer: str | None = None,
+    extra: bool = False,
 ) -> ChaosCounts:
     """Verify a store holding the two pills of a run with no other thread (one wave), the
     crash pill's call ending ``status`` after ``claims`` claims and ``runs`` runs."""
@@ -71,8 +77,10 @@ def pill_run(
             (tid, 3, "tool", result, None, call, "tool_result", result_id),
             (tid, 4, "assistant", f"done: {result[:40]}", None, None, None, None),
         ]
+        if crash and extra:  # the model asked once more: a closing answer twice
+            messages.append((tid, 5, "assistant", f"done: {result[:40]}", None, None, None, None))
         keys += [(tid, f"{USER_KEY_PREFIX}pill", text_id), (tid, call, result_id)]
-        threads.append((tid, "active", 4, 0, None, None, None))
+        threads.append((tid, "active", 5 if crash and extra else 4, 0, None, None, None))
         outbox.append((tid, call, status if crash else "dead", kind, claims if crash else CAP))
         effects += [f"{kind} {tid} {call}"] * (runs if crash else CAP)
         acks.append(f"ack {tid} pill {text_id}")
@@ -109,3 +117,9 @@ def test_a_pill_past_its_cap_or_unanswered_fails_the_check(
     assert counts.poison_violations >= 1
     assert not counts.ok
     assert any(problem in p for p in counts.problems), counts.problems
+
+
+def test_a_thread_with_a_message_its_script_does_not_make_fails_the_check(tmp_path: Path) -> None:
+    counts = pill_run(tmp_path, extra=True)
+    assert counts.duplicated == 1 and not counts.ok
+    assert any("pill-crash-0: 5 messages, its script makes 4" in p for p in counts.problems), counts.problems

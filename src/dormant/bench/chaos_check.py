@@ -37,7 +37,16 @@ from ..inbox import UNKNOWN_OUTCOME
 from ..records import ToolCall
 from ..store.core import USER_KEY_PREFIX
 from .chaos_db import ChaosDb
-from .chaos_worker import expected_messages, has_follow_up, pill_ids, spawns, thread_ids
+from .chaos_worker import (
+    CHILD_MESSAGES,
+    PILL_MESSAGES,
+    expected_messages,
+    has_follow_up,
+    pill_ids,
+    spawns,
+    thread_ids,
+    thread_messages,
+)
 
 MAX_PROBLEMS = 50
 _calls = msgspec.json.Decoder(tuple[ToolCall, ...])
@@ -227,6 +236,7 @@ def _check_threads(
             counts.flag("lost", f"thread {tid} does not exist")
             continue
         msgs = history.get(tid, [])
+        _check_length(counts, tid, msgs, thread_messages(index, turns))
         texts = [m.content for m in msgs if m.role == "user" and m.source == "user"]
         expected = []
         for turn in range(turns):
@@ -257,11 +267,22 @@ def _check_threads(
             child = f"{tid}/{spawned[0]}"
             if child not in by_id:
                 counts.flag("lost", f"child thread {child} does not exist")
+            else:
+                _check_length(counts, child, history.get(child, []), CHILD_MESSAGES)
             n = reports[f"[report from thread {child}"]
             if n != 1:
                 counts.flag(
                     "lost" if n == 0 else "duplicated", f"{tid}: {n} reports from {child}", max(1, n - 1)
                 )
+
+
+def _check_length(counts: ChaosCounts, tid: str, msgs: list[_Msg], expected: int) -> None:
+    """A thread holds exactly the messages its script makes: more is a duplicate (a turn
+    the model was asked twice), fewer a loss."""
+    if len(msgs) != expected:
+        shape = " ".join(f"{m.role[0]}{'*' * len(m.calls)}" for m in msgs[-12:])
+        kind = "duplicated" if len(msgs) > expected else "lost"
+        counts.flag(kind, f"{tid}: {len(msgs)} messages, its script makes {expected} (last: {shape})")
 
 
 def _check_calls(counts: ChaosCounts, history: dict[str, list[_Msg]]) -> set[tuple[str, str]]:
@@ -369,6 +390,7 @@ def _check_pills(
                 "poison_violations",
                 f"{tid}: the {kind} call was claimed {attempts} times and ran {ran} times (cap {cap})",
             )
+        _check_length(counts, tid, history.get(tid, []), PILL_MESSAGES)
         results = [m.content for m in history.get(tid, []) if m.role == "tool" and m.call_id == call_id]
         if len(results) != 1 or not results[0].startswith("error:"):
             counts.flag("poison_violations", f"{tid}: the {kind} call was answered {results!r}")

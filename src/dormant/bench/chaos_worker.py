@@ -121,22 +121,34 @@ def probe_input(pid: int) -> NewInput:
     return NewInput(thread_id=f"probe-{pid}", kind="user", dedup_key="probe", content="probe", agent="chaos")
 
 
+def thread_messages(index: int, waves: int) -> int:
+    """How many messages top-level thread number ``index`` holds after ``waves`` waves."""
+    total = 0
+    for turn in range(waves):
+        total += 1 + has_follow_up(index)
+        if turn % 4 in (0, 1, 2):
+            total += 3  # assistant with a call, its result, the closing answer
+        elif spawns(index, turn):
+            total += 5  # call, result, "waiting"; report, answer
+        else:
+            total += 4  # assistant with two calls, two results, the closing answer
+    return total
+
+
+#: Messages of a child thread (task, report call, its result, "reported") and of a
+#: poison-pill thread (text, the call, the error result, the closing answer).
+CHILD_MESSAGES = PILL_MESSAGES = 4
+
+
 def expected_messages(threads: int, turns: int, pills: int = 0, waves: int | None = None) -> int:
     """How many messages the workload (``threads`` x ``turns``, ``pills`` of each kind) commits
     in its first ``waves`` waves (all by default), children and poison pills included,
     probes not, crash or not."""
     waves = turns if waves is None else waves
-    # a pill: its text, the call, the error result, the closing answer
-    total = 4 * sum(1 for _, _, wave in pill_ids(pills, turns) if wave < waves)
+    total = PILL_MESSAGES * sum(1 for _, _, wave in pill_ids(pills, turns) if wave < waves)
     for index in range(threads):
-        for turn in range(waves):
-            total += 1 + has_follow_up(index)
-            if turn % 4 in (0, 1, 2):
-                total += 3  # assistant with a call, its result, the closing answer
-            elif spawns(index, turn):
-                total += 5 + 4  # call, result, "waiting"; report, answer — and the child's four
-            else:
-                total += 4  # assistant with two calls, two results, the closing answer
+        total += thread_messages(index, waves)
+        total += CHILD_MESSAGES * sum(1 for turn in range(waves) if spawns(index, turn))
     return total
 
 
