@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dormant.bench.chaos_check import ChaosCounts, verify
-from dormant.bench.chaos_worker import expected_messages, pill_ids
+from dormant.bench.chaos_worker import batches, expected_messages, pill_ids, thread_ids, turn_inputs
 from dormant.store.core import USER_KEY_PREFIX
 
 CAP = 3
@@ -123,3 +123,15 @@ def test_a_thread_with_a_message_its_script_does_not_make_fails_the_check(tmp_pa
     counts = pill_run(tmp_path, extra=True)
     assert counts.duplicated == 1 and not counts.ok
     assert any("pill-crash-0: 5 messages, its script makes 4" in p for p in counts.problems), counts.problems
+
+
+def test_a_turn_and_its_follow_up_are_always_admitted_together() -> None:
+    # thread c0001 has a follow-up: with admissions of 2, its pair would straddle a cut
+    items = [item for index, t in enumerate(thread_ids(4)) for item in turn_inputs(t, index, 0)]
+    assert [i.thread_id for i in items] == ["c0000", "c0001", "c0001", "c0002", "c0003"]
+    admissions = list(batches(items, size=2))
+    assert [[i.thread_id for i in b] for b in admissions] == [
+        ["c0000", "c0001", "c0001"],
+        ["c0002", "c0003"],
+    ]
+    assert [i for b in admissions for i in b] == items

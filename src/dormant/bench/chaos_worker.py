@@ -259,9 +259,18 @@ def acked_waves(path: Path) -> int:
     return waves
 
 
-def _batches(items: list[NewInput]) -> Iterator[list[NewInput]]:
-    for start in range(0, len(items), ADMIT_BATCH):
-        yield items[start : start + ADMIT_BATCH]
+def batches(items: list[NewInput], size: int = ADMIT_BATCH) -> Iterator[list[NewInput]]:
+    """``items`` in admissions of about ``size``, never splitting one thread's consecutive
+    items: a turn and its follow-up must be admitted together, or another worker (the
+    standby) may claim the thread between the two admissions and answer them apart."""
+    batch: list[NewInput] = []
+    for item in items:
+        if len(batch) >= size and item.thread_id != batch[-1].thread_id:
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
 
 
 async def main(config: dict[str, Any]) -> None:
@@ -313,7 +322,7 @@ async def main(config: dict[str, Any]) -> None:
         for turn in range(acked_waves(work / "acks.log"), last):
             items = [item for index, t in enumerate(ids) for item in turn_inputs(t, index, turn)]
             items += [pill_input(tid) for tid, _, wave in pills if wave == turn]
-            for batch in _batches(items):
+            for batch in batches(items):
                 admissions = await rt.admit(batch)
                 lines = "".join(f"ack {a.thread_id} {a.dedup_key} {a.input_id}\n" for a in admissions)
                 os.write(acks_fd, lines.encode())
