@@ -16,18 +16,9 @@ from pathlib import Path
 import pytest
 
 from dormant.bench.chaos import ChaosConfig, run_chaos
+from dormant.bench.chaos_check import FAILURES
 
 CAP = 2
-PASSING = (
-    "lost",
-    "duplicated",
-    "unpaired_tool_calls",
-    "order_violations",
-    "effect_violations",
-    "stuck_outbox",
-    "unfinished",
-    "poison_violations",
-)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -64,7 +55,7 @@ def test_a_small_chaos_run_with_a_standby_and_poison_pills_passes_every_check(
     where = f"(DORMANT_CHAOS_SEED={seed}; {tmp_path}/worker.log)"
     assert summary["problems"] == [], where
     assert summary["kills"] == 3, where
-    for key in PASSING:
+    for key in FAILURES:
         assert summary[key] == 0, f"{key}: {summary['problems']} {where}"
     assert summary["messages"] == summary["expected_messages"]
     assert summary["passed"]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from dormant.bench.chaos import ChaosConfig, run_chaos
+from dormant.bench.chaos_check import FAILURES
 from dormant.bench.chaos_worker import has_follow_up, thread_ids
 from dormant.store.sqlite import SQLiteStore
 from tests.helpers import all_messages, check_history
@@ -49,16 +50,7 @@ def test_twenty_kill_9s_lose_double_and_reorder_nothing(tmp_path: Path) -> None:
     where = f"(DORMANT_CHAOS_SEED={seed}; {tmp_path}/worker.log)"
     assert summary["kills"] == KILLS, f"{summary['problems']} {where}"
     assert summary["problems"] == [], where
-    for key in (
-        "lost",
-        "duplicated",
-        "unpaired_tool_calls",
-        "order_violations",
-        "effect_violations",
-        "stuck_outbox",
-        "unfinished",
-        "poison_violations",
-    ):
+    for key in FAILURES:
         assert summary[key] == 0, f"{key}: {summary['problems']} {where}"
     assert summary["integrity_ok"]
     assert summary["messages"] == summary["expected_messages"]

@@ -49,6 +49,17 @@ from .chaos_worker import (
 )
 
 MAX_PROBLEMS = 50
+#: The counters of :class:`ChaosCounts` that must all be 0 for a run to pass.
+FAILURES = (
+    "lost",
+    "duplicated",
+    "unpaired_tool_calls",
+    "order_violations",
+    "effect_violations",
+    "stuck_outbox",
+    "unfinished",
+    "poison_violations",
+)
 _calls = msgspec.json.Decoder(tuple[ToolCall, ...])
 
 
@@ -83,16 +94,7 @@ class ChaosCounts:
     @property
     def ok(self) -> bool:
         """Whether every check passed."""
-        bad = (
-            self.lost,
-            self.duplicated,
-            self.unpaired_tool_calls,
-            self.order_violations,
-            self.effect_violations,
-            self.stuck_outbox,
-            self.unfinished,
-            self.poison_violations,
-        )
+        bad = [getattr(self, name) for name in FAILURES]
         return self.integrity_ok and not any(bad) and self.messages == self.expected_messages
 
     def flag(self, counter: str, problem: str, n: int = 1) -> None:
