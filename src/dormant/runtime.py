@@ -22,6 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import Any
+
+import msgspec
 
 from .agent import Agent
 from .blobs import ToolOutput
@@ -30,9 +33,13 @@ from .dispatcher import Dispatcher
 from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
 from .governor_loop import Governor, build_governor
+from .journal import CheckpointPolicy
+from .memory.core import MemoryCore
+from .memory.embedder import Embedder, MiniLMEmbedder
+from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
-from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
+from .records import Admission, Claim, JournalEntry, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .runner import SliceRunner
 from .scheduler import Scheduler
 from .store import Store, open_store, store_options
@@ -58,6 +65,7 @@ class Runtime:
         *,
         settings: Settings | None = None,
         default_agent: str | None = None,
+        memory_embedder: Embedder | None = None,
     ) -> None:
         if not agents:
             raise UsageError("a runtime needs at least one agent")
@@ -65,6 +73,9 @@ class Runtime:
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
+        #: the embedder of :attr:`memory` (None: MiniLM, loaded on first use)
+        self.memory_embedder = memory_embedder
+        self._memory: Memory | None = None
         remember(store.url)  # its password is scrubbed from any error text shown later
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -77,6 +88,8 @@ class Runtime:
         self.worker = self.settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = RuntimeStats()
         self.clock = time.time
+        #: when :meth:`checkpoint` writes state checkpoints (replace to configure)
+        self.checkpoints = CheckpointPolicy()
         self.tool_threads = ToolThreads(self.settings.tool_threads)
         self.scheduler = Scheduler(
             self.store,
@@ -164,9 +177,27 @@ class Runtime:
         """Stop running loops and close the store."""
         self.stop()
         self.tool_threads.close()
+        if self._memory is not None:
+            memory, self._memory = self._memory, None
+            await memory.close()  # pending access counts, before the store closes
         if self._opened:
             await self.store.close()
             self._opened = False
+
+    @property
+    def memory(self) -> Memory:
+        """Long-term memory in this runtime's store (``rt.memory.add / recall / get /
+        history / forget / bind / rebind``; see docs/memory.md). Open runtime only.
+
+        Built on first use over :meth:`Store.memory_rows` (PostgreSQL connects then, a
+        blocking call); every operation runs in a worker thread, so the embedder loads
+        and embeds off the event loop; ``rt.memory.status()`` reports its RSS."""
+        if self._memory is None:
+            if not self._opened:
+                raise UsageError("open the runtime before using its memory")
+            embedder = self.memory_embedder if self.memory_embedder is not None else MiniLMEmbedder()
+            self._memory = Memory(MemoryCore(self.store.memory_rows(), embedder), store=self.store)
+        return self._memory
 
     async def __aenter__(self) -> Runtime:
         await self.open()
@@ -356,6 +387,21 @@ class Runtime:
         refused (InvalidInput) while one of them is running a slice. See
         :meth:`Store.delete_thread`."""
         return await self.store.delete_thread(thread_id)
+
+    async def state(self, thread_id: str, *, at_seq: int | None = None) -> dict[str, Any]:
+        """The thread's key/value state (values decoded from JSON): recovered from the
+        newest recoverable checkpoint plus the journal after it, or, with ``at_seq``,
+        as it was at that journal seq (the journal itself is never rewritten)."""
+        if at_seq is None:
+            raw = (await self.store.journal.recover(thread_id)).state
+        else:
+            raw = await self.store.journal.state_at(thread_id, at_seq)
+        return {key: msgspec.json.decode(value) for key, value in raw.items()}
+
+    async def checkpoint(self, thread_id: str) -> JournalEntry | None:
+        """Write the state checkpoint the configured policy says is due, if any
+        (``dormant gc`` and the governor's warn hook call this)."""
+        return await self.store.journal.maybe_checkpoint(thread_id, self.checkpoints, self.clock())
 
     async def retry(self, thread_id: str) -> Thread:
         """Make a failed thread run again."""
