@@ -41,7 +41,8 @@ CREATE TABLE threads (
     -- whose ids extend their parent's, inherit it
     tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
-CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+-- the claim walks the tenants with ready work, each one's threads by ready_key (CLAIM_THREADS)
+CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
