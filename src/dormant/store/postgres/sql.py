@@ -22,13 +22,14 @@ COMPLETE_CALL = (
     "SELECT r_input_id, r_duplicate FROM dormant_complete_call(%s, %s, %s, %s, %s::float8, %s::float8)"
 )
 CREATE_THREAD = f"SELECT {THREAD_COLS} FROM dormant_create_thread(%s, %s, %s::float8)"
-# The claim, fair across tenants, as the SQLite one (see its comment there):
+# The claim, fair across tenants (the rule: dormant.store.fairness), in one statement:
 # `ready_tenants` skip-scans threads_ready for the tenants with ready work, `candidates`
-# takes each one's best %(limit)s claimable threads (locked, SKIP LOCKED: rows another
-# claim holds are skipped, not waited for; the few locked but not leased here are free
-# again at COMMIT) and places its k-th at (live leases of its tenant + k); the %(limit)s
-# best places within %(cap)s are leased. A lease counts as live until it expires or its
-# worker stopped heartbeating %(dead)s seconds ago (database clock): then it is claimable.
+# takes each one's best %(limit)s claimable threads (dormant_tenant_claimable: locked,
+# SKIP LOCKED, rows another claim holds are skipped, not waited for; the few locked but
+# not leased here are free again at COMMIT) and places its k-th at (live leases of its
+# tenant + k); the %(limit)s best places within %(cap)s are leased. A lease counts as
+# live until it expires or its worker stopped heartbeating %(dead)s seconds ago
+# (database clock): then its thread is claimable.
 CLAIM_THREADS = """
 WITH RECURSIVE dead AS (
     SELECT id FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(dead)s)
@@ -47,15 +48,9 @@ WITH RECURSIVE dead AS (
     SELECT c.id, c.ready_key,
         coalesce(h.n, 0) + row_number() OVER (PARTITION BY ready_tenants.tenant ORDER BY c.ready_key) AS place
     FROM ready_tenants
-    CROSS JOIN LATERAL (
-        SELECT t.id, t.ready_key FROM threads t
-        WHERE t.tenant = ready_tenants.tenant AND t.ready_key IS NOT NULL AND t.ready_at <= %(now)s
-          AND (t.lease_expires <= %(now)s OR t.lease_owner IN (SELECT id FROM dead))
-          AND (%(agents)s::text[] IS NULL OR t.agent = ANY (%(agents)s::text[]))
-        ORDER BY t.ready_key
-        LIMIT %(limit)s
-        FOR NO KEY UPDATE SKIP LOCKED
-    ) c
+    CROSS JOIN LATERAL dormant_tenant_claimable(
+        ready_tenants.tenant, %(now)s::float8, %(limit)s::integer, %(agents)s::text[], %(dead)s::float8
+    ) AS c (id, ready_key)
     LEFT JOIN held h ON h.tenant = ready_tenants.tenant
     WHERE ready_tenants.tenant IS NOT NULL
 ), picked AS (
