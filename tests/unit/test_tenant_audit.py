@@ -20,6 +20,10 @@ NAMING = {"thread_id", "items"}
 UNSCOPED = {
     ("Runtime", "send"): "the library's convenience; the server admits through admit(tenant=)",
     ("Runtime", "interrupt"): "a slice running here; the server calls it after a scoped admit",
+    ("Runtime", "state"): "the state journal: library and operator reads, no server route",
+    ("Runtime", "checkpoint"): "retention (dormant gc, the governor's warn hook): operator only",
+    ("StoreCore", "shrink_tool_results"): "retention (dormant gc): operator only, no server route",
+    ("Store", "shrink_tool_results"): "retention (dormant gc): operator only, no server route",
 }
 
 

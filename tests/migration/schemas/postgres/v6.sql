@@ -39,10 +39,11 @@ CREATE TABLE threads (
     -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
     -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
     -- whose ids extend their parent's, inherit it
-    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED
+    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED,
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
--- the claim walks the tenants with ready work, each one's threads by ready_key (CLAIM_THREADS)
-CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
@@ -165,6 +166,35 @@ CREATE TABLE workers (
     pid          integer NOT NULL,
     started_at   timestamptz NOT NULL,
     heartbeat_at timestamptz NOT NULL
+);
+
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   text COLLATE "C" NOT NULL REFERENCES threads (id),
+    seq         bigint NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         text,
+    value       text,
+    run         bigint NOT NULL DEFAULT 0,
+    upto        bigint NOT NULL DEFAULT 0,
+    parts       integer NOT NULL DEFAULT 0,
+    size        bigint NOT NULL DEFAULT 0,
+    digest      text,
+    recoverable boolean NOT NULL DEFAULT false,
+    created_at  double precision NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE TABLE state_parts (
+    thread_id text COLLATE "C" NOT NULL,
+    seq       bigint NOT NULL,
+    idx       integer NOT NULL,
+    data      text NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
 );
 
 -- Admit one input. A known (thread, key) changes nothing and answers the first input's
@@ -323,6 +353,7 @@ BEGIN
         awaiting = v_awaiting, failures = 0, error = NULL,
         lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = p_now,
         tokens = t.tokens + v_tokens,
+        runs = t.runs + coalesce((p_plan ->> 'runs')::bigint, 0),
         summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
         summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i
@@ -330,6 +361,15 @@ BEGIN
         ready_at = (SELECT min(i.not_before) FROM inputs i
                     WHERE i.thread_id = v_thread AND (v_awaiting = 0 OR i.kind = 'tool_result'))
     WHERE t.id = v_thread;
+    IF jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN
+        -- state change records, numbered after the journal's newest (the thread row is locked)
+        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at)
+        SELECT v_thread,
+               (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
+               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value',
+               (SELECT t.runs FROM threads t WHERE t.id = v_thread), p_now
+        FROM jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n);
+    END IF;
     IF jsonb_array_length(p_plan -> 'admissions') > 0 THEN
         PERFORM 1 FROM dormant_admit(p_plan -> 'admissions', p_sort_keys, p_now);
     END IF;
@@ -432,26 +472,6 @@ BEGIN
     FROM picked WHERE o.id = picked.id
     RETURNING o.*;
 END
-$$;
-
--- A tenant's best claimable threads by ready key, at most p_limit of them, locked (SKIP
--- LOCKED: rows another claim holds are skipped). Read by walking threads_ready in key
--- order whatever the planner guesses of the tenant's size: with bitmap and sequential
--- scans on, a small guess (many small tenants, or no statistics yet) makes it fetch and
--- sort every ready thread of the tenant, a flooding one included, on every claim.
-CREATE FUNCTION dormant_tenant_claimable(
-    p_tenant text, p_now double precision, p_limit integer, p_agents text[], p_dead double precision
-) RETURNS TABLE (r_id text, r_key double precision) LANGUAGE sql
-SET enable_bitmapscan = off SET enable_seqscan = off AS $$
-    SELECT t.id, t.ready_key FROM threads t
-    WHERE t.tenant = p_tenant AND t.ready_key IS NOT NULL AND t.ready_at <= p_now
-      AND (t.lease_expires <= p_now
-           OR t.lease_owner IN (SELECT w.id FROM workers w
-                                WHERE w.heartbeat_at < now() - make_interval(secs => p_dead)))
-      AND (p_agents IS NULL OR t.agent = ANY (p_agents))
-    ORDER BY t.ready_key
-    LIMIT p_limit
-    FOR NO KEY UPDATE OF t SKIP LOCKED
 $$;
 
 -- Answer an open call from outside the dispatcher: the call leaves the outbox and its
