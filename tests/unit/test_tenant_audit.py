@@ -24,6 +24,10 @@ UNSCOPED = {
     ("Runtime", "checkpoint"): "retention (dormant gc, the governor's warn hook): operator only",
     ("StoreCore", "shrink_tool_results"): "retention (dormant gc): operator only, no server route",
     ("Store", "shrink_tool_results"): "retention (dormant gc): operator only, no server route",
+    ("StoreCore", "prune_history"): "retention (dormant gc): operator only, no server route",
+    ("Store", "prune_history"): "retention (dormant gc): operator only, no server route",
+    ("Runtime", "fork"): "time travel: the library's, no server route yet (it must take the tenant then)",
+    ("Runtime", "rewind"): "time travel: the library's, no server route yet (it must take the tenant then)",
 }
 
 

@@ -43,8 +43,7 @@ CREATE TABLE threads (
     -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
     runs              bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
--- the claim walks the tenants with ready work, each one's threads by ready_key (CLAIM_THREADS)
-CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
@@ -475,26 +474,6 @@ BEGIN
 END
 $$;
 
--- A tenant's best claimable threads by ready key, at most p_limit of them, locked (SKIP
--- LOCKED: rows another claim holds are skipped). Read by walking threads_ready in key
--- order whatever the planner guesses of the tenant's size: with bitmap and sequential
--- scans on, a small guess (many small tenants, or no statistics yet) makes it fetch and
--- sort every ready thread of the tenant, a flooding one included, on every claim.
-CREATE FUNCTION dormant_tenant_claimable(
-    p_tenant text, p_now double precision, p_limit integer, p_agents text[], p_dead double precision
-) RETURNS TABLE (r_id text, r_key double precision) LANGUAGE sql
-SET enable_bitmapscan = off SET enable_seqscan = off AS $$
-    SELECT t.id, t.ready_key FROM threads t
-    WHERE t.tenant = p_tenant AND t.ready_key IS NOT NULL AND t.ready_at <= p_now
-      AND (t.lease_expires <= p_now
-           OR t.lease_owner IN (SELECT w.id FROM workers w
-                                WHERE w.heartbeat_at < now() - make_interval(secs => p_dead)))
-      AND (p_agents IS NULL OR t.agent = ANY (p_agents))
-    ORDER BY t.ready_key
-    LIMIT p_limit
-    FOR NO KEY UPDATE OF t SKIP LOCKED
-$$;
-
 -- Answer an open call from outside the dispatcher: the call leaves the outbox and its
 -- result is admitted. An answered call answers the existing admission as a duplicate.
 CREATE FUNCTION dormant_complete_call(
@@ -557,3 +536,84 @@ CREATE TABLE api_keys (
     revoked_at double precision
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
+
+-- long-term memory (issue 15; migrations/0007_memory_records.sql): records are never deleted,
+-- supersession and forget set invalid_at; the pgvector column is added on first use.
+CREATE TABLE memory_records (
+    rid            bigserial PRIMARY KEY,
+    id             text COLLATE "C" NOT NULL UNIQUE,
+    tenant         text COLLATE "C" NOT NULL,
+    subject        text COLLATE "C" NOT NULL,
+    kind           text NOT NULL,
+    text           text NOT NULL,
+    tags           jsonb NOT NULL DEFAULT '{}',
+    key_tag        text,
+    agent          text,
+    thread         text,
+    importance     double precision NOT NULL,
+    source_thread  text,
+    source_seq     bigint,
+    created_at     double precision NOT NULL,
+    valid_from     double precision NOT NULL,
+    invalid_at     double precision,
+    last_access_at double precision,
+    access_count   bigint NOT NULL DEFAULT 0,
+    content_hash   text NOT NULL,
+    fts            tsvector NOT NULL
+);
+CREATE INDEX memory_records_scope ON memory_records (tenant, subject, created_at);
+CREATE INDEX memory_records_key
+    ON memory_records (tenant, subject, kind, key_tag) WHERE invalid_at IS NULL AND key_tag IS NOT NULL;
+-- exact duplicates among the valid records of a subject are merged, not stored twice
+CREATE UNIQUE INDEX memory_records_hash
+    ON memory_records (tenant, subject, content_hash) WHERE invalid_at IS NULL;
+CREATE INDEX memory_records_fts ON memory_records USING gin (fts);
+
+CREATE TABLE memory_history (
+    seq       bigserial PRIMARY KEY,
+    tenant    text COLLATE "C" NOT NULL,
+    op        text NOT NULL,
+    subject   text COLLATE "C" NOT NULL,
+    record_id text COLLATE "C",
+    actor     text NOT NULL,
+    at        double precision NOT NULL,
+    detail    text NOT NULL DEFAULT ''
+);
+CREATE INDEX memory_history_subject ON memory_history (tenant, subject, seq);
+CREATE INDEX memory_history_record ON memory_history (record_id, seq);
+
+-- explicit links between binding keys (stored in both directions); only these widen a scope
+CREATE TABLE memory_links (
+    tenant     text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    other      text COLLATE "C" NOT NULL,
+    created_at double precision NOT NULL,
+    PRIMARY KEY (tenant, key, other)
+);
+-- a moved subject: writes to the old key land on the new one
+CREATE TABLE memory_moves (
+    tenant   text COLLATE "C" NOT NULL,
+    old_key  text COLLATE "C" NOT NULL,
+    new_key  text COLLATE "C" NOT NULL,
+    moved_at double precision NOT NULL,
+    PRIMARY KEY (tenant, old_key)
+);
+-- partial identity -> binding keys (a phone's own hash -> every key bound with that phone)
+CREATE TABLE memory_identity (
+    tenant    text COLLATE "C" NOT NULL,
+    part      text COLLATE "C" NOT NULL,
+    part_hash text COLLATE "C" NOT NULL,
+    key       text COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant, part, part_hash, key)
+);
+CREATE TABLE memory_dictionary (
+    tenant text COLLATE "C" NOT NULL,
+    grp    integer NOT NULL,
+    pos    integer NOT NULL,
+    term   text NOT NULL,
+    PRIMARY KEY (tenant, grp, pos)
+);
+CREATE TABLE memory_meta (
+    name  text COLLATE "C" PRIMARY KEY,
+    value text NOT NULL
+);

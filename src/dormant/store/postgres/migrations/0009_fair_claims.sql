@@ -1,4 +1,4 @@
--- schema 6 -> 7: claims fair across tenants (issue 18.4). The claim walks the tenants that
+-- schema 8 -> 9: claims fair across tenants (issue 18.4). The claim walks the tenants that
 -- have ready work (a skip scan) and takes each one's best threads, so the ready index is
 -- ordered by tenant first; live leases per tenant come from threads_leased.
 DROP INDEX threads_ready;
