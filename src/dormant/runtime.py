@@ -440,8 +440,8 @@ class Runtime:
         return {key: msgspec.json.decode(value) for key, value in raw.items()}
 
     async def checkpoint(self, thread_id: str) -> JournalEntry | None:
-        """Write the state checkpoint the configured policy says is due, if any
-        (``dormant gc`` and the governor's warn hook call this)."""
+        """Write the state checkpoint the configured policy says is due, if any (the
+        background retention pass and ``dormant gc`` write due checkpoints by themselves)."""
         return await self.store.journal.maybe_checkpoint(thread_id, self.checkpoints, self.clock())
 
     async def fork(self, thread_id: str, at_seq: int, *, new_id: str | None = None) -> Thread:
