@@ -44,7 +44,7 @@ from .retention import RetentionPolicy
 from .retention_loop import RetentionLoop
 from .runner import SliceRunner
 from .scheduler import Scheduler
-from .store import Store, open_store, store_options
+from .store import Store, open_store, store_options, tenancy
 from .text import stored_output
 from .tool_threads import ToolThreads
 from .urls import redact, remember
@@ -106,6 +106,7 @@ class Runtime:
             lease_s=self.settings.lease_s,
             poll_s=self.settings.poll_s,
             agents=tuple(self.agents),
+            tenant_slices=self.settings.tenant_slices,
         )
         self.dispatcher = Dispatcher(
             self.store,
@@ -347,8 +348,9 @@ class Runtime:
         (admission,) = await self.admit([item])
         return admission
 
-    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
-        """Admit inputs durably; see :meth:`Store.admit`.
+    async def admit(self, items: Sequence[NewInput], *, tenant: str | None = None) -> list[Admission]:
+        """Admit inputs durably; see :meth:`Store.admit` (``tenant``: the tenant every
+        input's thread must belong to, see :mod:`dormant.store.tenancy`).
 
         Tool results are refused (:class:`InvalidInput`): they answer a call in the
         outbox, through the dispatcher or :meth:`post_tool_result`, so a stray result
@@ -359,12 +361,18 @@ class Runtime:
                 raise InvalidInput("post tool results with post_tool_result(), not admit()")
         if self.governor is not None:
             self.governor.check_admission()  # Overloaded(retry_after) in a memory emergency
-        admissions = await self.store.admit(items)
+        admissions = await self.store.admit(items, tenant=tenant)
         self.scheduler.wake.set()
         return admissions
 
     async def post_tool_result(
-        self, thread_id: str, call_id: str, content: ToolOutput, *, is_error: bool = False
+        self,
+        thread_id: str,
+        call_id: str,
+        content: ToolOutput,
+        *,
+        is_error: bool = False,
+        tenant: str | None = None,
     ) -> Admission:
         """Answer an open async tool call from outside (e.g. a webhook); the first answer wins.
 
@@ -374,8 +382,9 @@ class Runtime:
         to a call the dispatcher already answered) returns ``duplicate=True``; an unknown
         call raises NotFound. See :meth:`Store.complete_call`.
         """
+        tenancy.check([thread_id], tenant)  # before a blob of the result is stored for it
         text = await stored_output(self.store, thread_id, content, self.settings.blob_threshold_bytes)
-        admission = await self.store.complete_call(thread_id, call_id, text, is_error=is_error)
+        admission = await self.store.complete_call(thread_id, call_id, text, is_error=is_error, tenant=tenant)
         self.scheduler.wake.set()
         return admission
 
@@ -387,30 +396,38 @@ class Runtime:
         limit: int = 50,
         newest_first: bool = False,
         max_bytes: int | None = None,
+        tenant: str | None = None,
     ) -> Page[Message]:
         """One page of a thread's history (at most 1,000 messages; with ``max_bytes``, at
         most that much content but one message at least)."""
         return await self.store.history(
-            thread_id, cursor=cursor, limit=limit, newest_first=newest_first, max_bytes=max_bytes
+            thread_id,
+            cursor=cursor,
+            limit=limit,
+            newest_first=newest_first,
+            max_bytes=max_bytes,
+            tenant=tenant,
         )
 
-    async def threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
-        """One page of threads."""
-        return await self.store.list_threads(cursor=cursor, limit=limit)
+    async def threads(
+        self, *, cursor: str | None = None, limit: int = 50, tenant: str | None = None
+    ) -> Page[Thread]:
+        """One page of threads (of ``tenant`` only, when given)."""
+        return await self.store.list_threads(cursor=cursor, limit=limit, tenant=tenant)
 
-    async def thread(self, thread_id: str) -> Thread:
+    async def thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """One thread's row."""
-        return await self.store.get_thread(thread_id)
+        return await self.store.get_thread(thread_id, tenant=tenant)
 
     async def status(self, tenant: str | None = None) -> StoreStatus:
         """Store-wide counts; with ``tenant``, that tenant's (see :meth:`Store.status`)."""
         return await self.store.status(tenant)
 
-    async def delete_thread(self, thread_id: str) -> int:
+    async def delete_thread(self, thread_id: str, *, tenant: str | None = None) -> int:
         """Delete a thread and its descendants with their histories and unshared blobs;
         refused (InvalidInput) while one of them is running a slice. See
         :meth:`Store.delete_thread`."""
-        return await self.store.delete_thread(thread_id)
+        return await self.store.delete_thread(thread_id, tenant=tenant)
 
     async def state(self, thread_id: str, *, at_seq: int | None = None) -> dict[str, Any]:
         """The thread's key/value state (values decoded from JSON): recovered from the
@@ -445,14 +462,15 @@ class Runtime:
         head, state = await self.store.journal.checkpoint_state(thread_id, seq)
         return await self.store.fork_thread(thread_id, new_id or _branch_id(thread_id), head.msg_seq, state)
 
-    async def retry(self, thread_id: str) -> Thread:
+    async def retry(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """Make a failed thread run again."""
-        thread = await self.store.retry_thread(thread_id)
+        thread = await self.store.retry_thread(thread_id, tenant=tenant)
         self.scheduler.wake.set()
         return thread
 
     async def interrupt(self, thread_id: str) -> bool:
-        """Cancel the slice of ``thread_id`` running in this process; False when none runs here.
+        """Cancel the slice of ``thread_id`` running in this process; False when none runs here
+        (a stored id: the server only names a thread the store found in the caller's tenant).
 
         The slice commits nothing (a commit already under way lands whole before the
         release, or is refused for its lost lease); its lease is released at once, so its

@@ -401,10 +401,10 @@ class PostgresBackend(BackendDefaults):
         return result
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None, cap: int
     ) -> list[Claim]:
-        """Lease up to ``limit`` ready threads, best key first (SKIP LOCKED), the leases
-        of dead workers included."""
+        """Lease up to ``limit`` ready threads, fair across tenants (SKIP LOCKED), the
+        leases of dead workers included."""
         await self._beats_for(worker)
         now = self.clock()
         expires = now + lease_s
@@ -416,6 +416,7 @@ class PostgresBackend(BackendDefaults):
             "expires": expires,
             "dead": self.dead_after_s,
             "agents": agents,
+            "cap": cap,
         }
 
         def decode(rows: Rows, count: int) -> list[Claim]:

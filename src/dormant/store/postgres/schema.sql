@@ -50,7 +50,8 @@ CREATE TABLE threads (
     wait_reason       text,
     wait_until        double precision NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
-CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+-- the claim walks the tenants with ready work, each one's threads by ready_key (CLAIM_THREADS)
+CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
@@ -502,6 +503,26 @@ BEGIN
     FROM picked WHERE o.id = picked.id
     RETURNING o.*;
 END
+$$;
+
+-- A tenant's best claimable threads by ready key, at most p_limit of them, locked (SKIP
+-- LOCKED: rows another claim holds are skipped). Read by walking threads_ready in key
+-- order whatever the planner guesses of the tenant's size: with bitmap and sequential
+-- scans on, a small guess (many small tenants, or no statistics yet) makes it fetch and
+-- sort every ready thread of the tenant, a flooding one included, on every claim.
+CREATE FUNCTION dormant_tenant_claimable(
+    p_tenant text, p_now double precision, p_limit integer, p_agents text[], p_dead double precision
+) RETURNS TABLE (r_id text, r_key double precision) LANGUAGE sql
+SET enable_bitmapscan = off SET enable_seqscan = off AS $$
+    SELECT t.id, t.ready_key FROM threads t
+    WHERE t.tenant = p_tenant AND t.ready_key IS NOT NULL AND t.ready_at <= p_now
+      AND (t.lease_expires <= p_now
+           OR t.lease_owner IN (SELECT w.id FROM workers w
+                                WHERE w.heartbeat_at < now() - make_interval(secs => p_dead)))
+      AND (p_agents IS NULL OR t.agent = ANY (p_agents))
+    ORDER BY t.ready_key
+    LIMIT p_limit
+    FOR NO KEY UPDATE OF t SKIP LOCKED
 $$;
 
 -- Answer an open call from outside the dispatcher: the call leaves the outbox and its

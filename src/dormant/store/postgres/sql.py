@@ -30,20 +30,42 @@ COMPLETE_CALL = (
     "SELECT r_input_id, r_duplicate FROM dormant_complete_call(%s, %s, %s, %s, %s::float8, %s::float8)"
 )
 CREATE_THREAD = f"SELECT {THREAD_COLS} FROM dormant_create_thread(%s, %s, %s::float8)"
-# Lease the best-keyed ready threads whose lease expired or whose worker stopped
-# heartbeating %(dead)s seconds ago (by the database clock). Rows another transaction
-# holds are skipped, not waited for: that is what lets many workers claim from one table.
+# The claim, fair across tenants (the rule: dormant.store.fairness), in one statement:
+# `ready_tenants` skip-scans threads_ready for the tenants with ready work, `candidates`
+# takes each one's best %(limit)s claimable threads (dormant_tenant_claimable: locked,
+# SKIP LOCKED, rows another claim holds are skipped, not waited for; the few locked but
+# not leased here are free again at COMMIT) and places its k-th at (live leases of its
+# tenant + k); the %(limit)s best places within %(cap)s are leased. A lease counts as
+# live until it expires or its worker stopped heartbeating %(dead)s seconds ago
+# (database clock): then its thread is claimable.
 CLAIM_THREADS = """
-WITH dead AS (
+WITH RECURSIVE dead AS (
     SELECT id FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(dead)s)
+), ready_tenants AS (
+    (SELECT tenant FROM threads WHERE ready_key IS NOT NULL ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant FROM threads t
+            WHERE t.ready_key IS NOT NULL AND t.tenant > ready_tenants.tenant ORDER BY t.tenant LIMIT 1)
+    FROM ready_tenants WHERE ready_tenants.tenant IS NOT NULL
+), held AS (
+    SELECT tenant, count(*) AS n FROM threads
+    WHERE lease_token IS NOT NULL AND lease_expires > %(now)s
+      AND lease_owner NOT IN (SELECT id FROM dead)
+    GROUP BY tenant
+), candidates AS (
+    SELECT c.id, c.ready_key,
+        coalesce(h.n, 0) + row_number() OVER (PARTITION BY ready_tenants.tenant ORDER BY c.ready_key) AS place
+    FROM ready_tenants
+    CROSS JOIN LATERAL dormant_tenant_claimable(
+        ready_tenants.tenant, %(now)s::float8, %(limit)s::integer, %(agents)s::text[], %(dead)s::float8
+    ) AS c (id, ready_key)
+    LEFT JOIN held h ON h.tenant = ready_tenants.tenant
+    WHERE ready_tenants.tenant IS NOT NULL
 ), picked AS (
-    SELECT id, ready_key FROM threads
-    WHERE ready_key IS NOT NULL AND ready_at <= %(now)s
-      AND (lease_expires <= %(now)s OR lease_owner IN (SELECT id FROM dead))
-      AND (%(agents)s::text[] IS NULL OR agent = ANY (%(agents)s::text[]))
-    ORDER BY ready_key
+    SELECT id, ready_key FROM candidates
+    WHERE %(cap)s::integer = 0 OR place <= %(cap)s::integer
+    ORDER BY place, ready_key
     LIMIT %(limit)s
-    FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s,
     failures = t.failures + 1

@@ -47,6 +47,7 @@ from ...records import (
     Tenant,
     Thread,
 )
+from .. import fairness
 from ..backend import BackendDefaults
 from ..rows import row_entry, row_key, row_live_key, row_message, row_tenant, row_thread
 from . import jobs, outbox, sql
@@ -396,26 +397,39 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
         return result
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None, cap: int
     ) -> list[Claim]:
-        """Lease up to ``limit`` ready threads."""
+        """Lease up to ``limit`` ready threads, fair across tenants."""
         await self._alive(worker)
+        hosted = None if agents is None else msgspec.json.encode(agents)
 
         def job(conn: Conn) -> list[Claim]:
             now = self.clock()
+            tenants = [r[0] for r in conn.execute(sql.READY_TENANTS)]
+            if not tenants:
+                return []
+            held: dict[str, int] = {}
+            if len(tenants) > 1 or cap > 0:  # alone and uncapped, its leases change no place
+                held = dict(conn.execute(sql.LEASES_BY_TENANT, (now,)).fetchall())
+            candidates = {}
+            for tenant in tenants:
+                room = fairness.room(held.get(tenant, 0), limit, cap)
+                if room > 0:
+                    params = {"tenant": tenant, "now": now, "limit": room, "agents": hosted}
+                    candidates[tenant] = conn.execute(sql.TENANT_CLAIMABLE, params).fetchall()
+            ids = fairness.pick(candidates, held, limit, cap)
+            if not ids:
+                return []
             expires = now + lease_s
-            params = {
-                "now": now,
-                "limit": limit,
+            lease = {
                 "token": token,
                 "worker": worker,
                 "expires": expires,
-                "agents": None if agents is None else msgspec.json.encode(agents),
+                "ids": msgspec.json.encode(ids).decode(),
             }
-            rows = conn.execute(sql.CLAIM_THREADS, params).fetchall()
             return [
                 Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1], attempts=r[2])
-                for r in rows
+                for r in conn.execute(sql.LEASE_THREADS, lease).fetchall()
             ]
 
         result: list[Claim] = await self._write(job)

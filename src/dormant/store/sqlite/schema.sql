@@ -41,7 +41,10 @@ CREATE TABLE threads (
     wait_reason       TEXT,
     wait_until        REAL NOT NULL DEFAULT 0
 );
-CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+-- the claim walks the tenants with ready work, each one's threads by ready_key, and counts
+-- each tenant's live leases (see CLAIM_THREADS)
+CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_leased ON threads (tenant, lease_expires) WHERE lease_token IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).

@@ -68,14 +68,38 @@ UPDATE threads SET
       WHERE i.thread_id = threads.id AND (threads.awaiting = 0 OR i.kind = 'tool_result')) END
 WHERE id = ?
 """
-CLAIM_THREADS = """
+# The claim, fair across tenants (the rule: dormant.store.fairness), in four statements
+# of one write transaction, each an index walk:
+# * the tenants with a ready thread ('' for the library's threads), one probe each (a
+#   skip scan of threads_ready, ordered by tenant, then ready_key);
+# * the live leases of each tenant (threads_leased holds only leased rows);
+# * each tenant's best :limit claimable threads by ready_key (one index range);
+# * the lease of the ids fairness.pick chose.
+# One statement doing all four (a recursive CTE, a correlated IN, a window) measured 3-5x
+# slower here than these together, for one tenant as for many.
+READY_TENANTS = """
+WITH RECURSIVE ready_tenants(tenant) AS (
+    SELECT (SELECT min(tenant) FROM threads WHERE ready_key IS NOT NULL)
+    UNION ALL
+    SELECT (SELECT min(t.tenant) FROM threads t
+            WHERE t.ready_key IS NOT NULL AND t.tenant > ready_tenants.tenant)
+    FROM ready_tenants WHERE ready_tenants.tenant IS NOT NULL
+)
+SELECT tenant FROM ready_tenants WHERE tenant IS NOT NULL
+"""
+LEASES_BY_TENANT = """
+SELECT tenant, COUNT(*) FROM threads WHERE lease_token IS NOT NULL AND lease_expires > ? GROUP BY tenant
+"""
+TENANT_CLAIMABLE = """
+SELECT id, ready_key FROM threads
+WHERE tenant = :tenant AND ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
+  AND (:agents IS NULL OR agent IN (SELECT value FROM json_each(:agents)))
+ORDER BY ready_key LIMIT :limit
+"""
+LEASE_THREADS = """
 UPDATE threads SET lease_token = :token, lease_owner = :worker, lease_expires = :expires,
     failures = failures + 1
-WHERE id IN (
-    SELECT id FROM threads
-    WHERE ready_key IS NOT NULL AND ready_at <= :now AND lease_expires <= :now
-      AND (:agents IS NULL OR agent IN (SELECT value FROM json_each(:agents)))
-    ORDER BY ready_key LIMIT :limit)
+WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, agent, failures
 """
 CLAIM_OUTBOX = f"""
