@@ -38,6 +38,7 @@ from .cli_agents import (
     ConcurrencyOpt,
     ModelOpt,
     SystemOpt,
+    WorkersOpt,
     agents_for,
     close_models,
     worker_command,
@@ -183,17 +184,7 @@ def run(
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            envvar="DORMANT_WORKERS",
-            min=1,
-            max=256,
-            help="Worker processes on the store, supervised (restarted if one dies). "
-            "More hosts: run `dormant run` on each, pointed at the same PostgreSQL database.",
-        ),
-    ] = 1,
+    workers: WorkersOpt = 1,
     metrics_port: Annotated[
         int | None,
         typer.Option(

@@ -13,6 +13,7 @@ from .cli_agents import (
     ConcurrencyOpt,
     ModelOpt,
     SystemOpt,
+    WorkersOpt,
     agents_for,
     close_models,
     worker_command,
@@ -65,17 +66,7 @@ def serve_command(
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            envvar="DORMANT_WORKERS",
-            min=1,
-            max=256,
-            help="1: this process runs the slices. N > 1: N supervised `dormant run` processes run them "
-            "and this process serves HTTP.",
-        ),
-    ] = 1,
+    workers: WorkersOpt = 1,
 ) -> None:
     """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM.
 

@@ -391,13 +391,7 @@ class SliceRunner:
             "a recorded failure (did each kill its worker?); not run again until dormant retry"
         )
         log.error("slice_poisoned", extra={"thread_id": claim.thread_id, "attempts": claim.attempts})
-        try:
-            await self.store.release(claim, error=reason, fail=True)
-        except Exception as exc:  # the lease expires; the next claim tries again
-            log.error(
-                "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
-            )
+        await self._release(claim, error=reason, fail=True)
 
     async def _model_outage(self, claim: Claim, exc: ModelError, reason: str) -> None:
         """The model endpoint is down or its circuit breaker open (issue 14): the thread
@@ -411,13 +405,7 @@ class SliceRunner:
             reason,
             extra={"thread_id": claim.thread_id, "error": reason, "retry_in_s": round(delay, 3)},
         )
-        try:
-            await self.store.release(claim, retry_at=self.clock() + delay)
-        except Exception as release_exc:
-            log.error(
-                "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
-            )
+        await self._release(claim, retry_at=self.clock() + delay)
 
     async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:
         """The store could not take the slice (locked, full, overloaded): not the thread's fault.
@@ -435,10 +423,17 @@ class SliceRunner:
             "slice_store_unavailable",
             extra={"thread_id": claim.thread_id, "error": error, "retry_in_s": round(delay, 3)},
         )
+        await self._release(claim, retry_at=self.clock() + delay)
+
+    async def _release(
+        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+    ) -> None:
+        """Release ``claim`` without committing; if the store fails, log it and let the
+        lease expire by itself (the inputs are still pending, the next claim tries again)."""
         try:
-            await self.store.release(claim, retry_at=self.clock() + delay)
-        except Exception as release_exc:
+            await self.store.release(claim, retry_at=retry_at, error=error, fail=fail)
+        except Exception as exc:
             log.error(
                 "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
+                extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
             )
