@@ -9,6 +9,9 @@ from .errors import UsageError
 from .models.base import Model
 from .tools import ToolBox, ToolSpec
 
+#: Most continuations of a cut reply an agent may ask for (each is a whole model call).
+MAX_CONTINUATIONS = 8
+
 
 @dataclass(frozen=True)
 class Agent:
@@ -23,6 +26,12 @@ class Agent:
     spawns deep may not spawn, and a thread may not spawn more than ``max_children``
     children (counted over its view and the running slice); the model is told so as a
     tool error.
+
+    ``max_continuations`` (default 0: off) lets a text reply that the output cap cut
+    (``finish_reason`` ``"length"``) be continued up to that many times in the same
+    slice: the model is shown its cut reply and asked to go on, and the pieces are stored
+    as one assistant message (marked cut only if the last piece was cut too). At most
+    :data:`MAX_CONTINUATIONS`.
     """
 
     name: str
@@ -33,6 +42,7 @@ class Agent:
     compaction_prompt: str | None = None
     max_spawn_depth: int = 3
     max_children: int = 8
+    max_continuations: int = 0
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -40,6 +50,10 @@ class Agent:
             raise UsageError("an agent needs a name")
         if self.max_spawn_depth < 0 or self.max_children < 0:
             raise UsageError("max_spawn_depth and max_children must not be negative")
+        if not 0 <= self.max_continuations <= MAX_CONTINUATIONS:
+            raise UsageError(
+                f"max_continuations must be between 0 and {MAX_CONTINUATIONS}, not {self.max_continuations}"
+            )
         from .builtins import BUILTIN_TOOLS
 
         tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])

@@ -187,6 +187,8 @@ async def chat_turn(
                     out.print(Text.assemble(("assistant: ", "bold green"), clip(message.content, max_chars)))
                 for call in message.tool_calls:
                     out.print(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
+                if message.cut:  # issue 14: the output cap stopped it (see --max-output)
+                    err.print(Text("  [the reply was cut by the output cap]", "yellow"))
             elif message.role == "tool":
                 result = clip(message.content, max_chars).replace("\n", " ⏎ ")
                 out.print(Text(f"  ← {message.name or 'tool'}: {result}", style="magenta"))
@@ -200,6 +202,8 @@ async def chat_turn(
                 "red",
             )
         )
+    elif row.wait_reason:  # the model endpoint is down: the thread waits, it has not failed
+        err.print(Text(f"the model endpoint is down; the thread waits: {row.wait_reason}", "yellow"))
     elif replies == 0:
         note = f" (last error: {row.error})" if row.error else ""
         err.print(Text(f"no reply yet; the thread will be retried by `dormant run`{note}", "yellow"))

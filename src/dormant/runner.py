@@ -9,9 +9,19 @@ its ``error``, until ``dormant retry``. Attempts are counted when a slice is cla
 (:attr:`~dormant.records.Claim.attempts`), so a slice that kills its worker counts
 too: a thread claimed more than ``model_retries + 1`` times without a commit is
 marked failed without running again (a poison pill never runs without bound).
-its ``error``, until ``dormant retry``. A prompt the server refuses as over its
-window is tried once more within half the view budget before it counts; a model
-endpoint that is down (``ModelError.outage``) makes the thread wait, uncounted.
+A prompt the server refuses as over its window is tried once more within half the
+view budget before it counts; a model endpoint that is down (``ModelError.outage``)
+makes the thread wait, uncounted, with the reason and the time in its row
+(``wait_reason``, ``wait_until``) for ``dormant status``. A reply the server refused
+(content filter, refusal: ``ModelError(kind="refused")``) is never stored as an
+answer: the slice fails for good, its input stays pending, the reason is the
+thread's ``error``.
+
+What the server said about each reply is kept (issue 14): its usage on the
+assistant message and summed on the thread (compaction calls included), its
+``finish_reason`` (a reply cut by the output cap is marked cut, and with the agent's
+``max_continuations`` continued in the same slice), its reasoning apart from the
+answer.
 
 A store that cannot take the commit for now (locked by another process, full,
 overloaded) is not the thread's fault: the slice is retried later without counting a
@@ -46,8 +56,8 @@ from .errors import (
 )
 from .governor_loop import Governor
 from .metrics import RuntimeStats
-from .models.base import ModelEvent, ModelReply, ModelRequest, collect
-from .records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, ViewLimits
+from .models.base import MAX_REPLY_BYTES, ModelEvent, ModelReply, ModelRequest, collect
+from .records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, Usage, ViewLimits
 from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .slice import InlineCall, InlineResult, Turn
 from .store.base import Store
@@ -73,10 +83,13 @@ def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
 
 
 def clean_reply(reply: ModelReply) -> ModelReply:
-    """``reply`` with its text and tool calls cleaned (:func:`~dormant.text.clean`);
-    the same object when nothing needed it (the common case: a few scans, no copy)."""
+    """``reply`` with its text, reasoning, finish reason and tool calls cleaned
+    (:func:`~dormant.text.clean`); the same object when nothing needed it (the common
+    case: a few scans, no copy)."""
     text = clean(reply.text)
-    changed = text is not reply.text
+    reasoning = clean(reply.reasoning)
+    finish = clean(reply.finish_reason) if reply.finish_reason is not None else None
+    changed = text is not reply.text or reasoning is not reply.reasoning or finish is not reply.finish_reason
     calls = []
     for call in reply.tool_calls:
         cleaned = _clean_call(call)
@@ -84,8 +97,9 @@ def clean_reply(reply: ModelReply) -> ModelReply:
         calls.append(cleaned)
     if not changed:
         return reply
-    reasoning = clean(reply.reasoning)
-    return msgspec.structs.replace(reply, text=text, tool_calls=tuple(calls), reasoning=reasoning)
+    return msgspec.structs.replace(
+        reply, text=text, tool_calls=tuple(calls), reasoning=reasoning, finish_reason=finish
+    )
 
 
 def _clean_call(call: ToolCall) -> ToolCall:
@@ -231,8 +245,9 @@ class SliceRunner:
         # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
         counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
         summary = None
+        spent: Usage | None = None  # by the compaction call
         if compaction.due(load, limits, self.settings.compaction_share):
-            load, summary = await self._compact(load, agent, limits, counter)
+            load, summary, spent = await self._compact(load, agent, limits, counter)
         turn = Turn(
             load,
             token=claim.token,
@@ -242,9 +257,11 @@ class SliceRunner:
             now=self.clock(),
             summary=summary,
             limits=limits,
+            usage=spent,
         )
         while turn.wants_model:
             reply = await self._complete(agent, turn.request(), live=True)
+            reply = await self._continue(agent, turn, reply)
             inline = turn.on_reply(reply)
             if inline:
                 turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
@@ -264,9 +281,18 @@ class SliceRunner:
         except TimeoutError:
             timeout = self.settings.model_timeout_s
             raise ModelError(f"the model did not answer within {timeout:g}s") from None
+        except ModelError as exc:
+            if exc.kind == "refused":
+                self.stats.refusals += 1
+            raise
         self.stats.completions += 1
         self.stats.model_latency.add(time.perf_counter() - started)
-        if reply.cut:  # issue 14: the output cap cut the reply; kept, but said so
+        if reply.usage is not None:
+            self.stats.prompt_tokens += reply.usage.prompt
+            self.stats.completion_tokens += reply.usage.completion
+            self.stats.cached_tokens += reply.usage.cached
+        if reply.cut:  # issue 14: the output cap cut the reply; kept, marked, maybe continued
+            self.stats.replies_cut += 1
             log.warning(
                 "model_reply_cut thread=%s: the reply hit the output cap (finish_reason length)",
                 request.thread_id,
@@ -274,10 +300,24 @@ class SliceRunner:
             )
         return clean_reply(reply)
 
+    async def _continue(self, agent: Agent, turn: Turn, reply: ModelReply) -> ModelReply:
+        """``reply`` continued while the output cap cut it, at most the agent's
+        ``max_continuations`` times (issue 14); a reply with tool calls is never
+        continued (its arguments are the model's to redo)."""
+        for _ in range(agent.max_continuations):
+            if not reply.cut or reply.tool_calls or len(reply.text) + len(reply.reasoning) >= MAX_REPLY_BYTES:
+                break
+            self.stats.continuations += 1
+            more = await self._complete(agent, turn.continuation(reply), live=True)
+            reply = reply.then(more)
+        return reply
+
     async def _compact(
         self, load: SliceLoad, agent: Agent, limits: ViewLimits, counter: TokenCounter | None
-    ) -> tuple[SliceLoad, Summary | None]:
+    ) -> tuple[SliceLoad, Summary | None, Usage | None]:
         """Summarize the older part of ``load``'s view; on failure, ``load`` unchanged.
+        Also the usage of the compaction call (None when it failed or sent none: a failed
+        call's tokens are not known).
 
         A failed compaction costs the slice nothing: the thread goes on with its view
         (still bounded by the budget) and compaction is tried again on its next slice.
@@ -290,7 +330,7 @@ class SliceRunner:
             int(limits.max_messages * keep),  # else a view bounded only by its message cap never compacts
         )
         if index is None:
-            return load, None
+            return load, None, None
         prompt = agent.compaction_prompt or compaction.DEFAULT_PROMPT
         max_words = max(50, getattr(agent.model, "max_output_tokens", 4096) * 2 // 3)
         try:
@@ -306,11 +346,11 @@ class SliceRunner:
                 error,
                 extra={"thread_id": load.thread.id, "error": error},
             )
-            return load, None
+            return load, None, None
         self.stats.compactions += 1
         tokens = counter.count("system", reply.text) if counter is not None else 0
         new = compaction.summary(load, index, reply.text, tokens, self.clock())
-        return compaction.compacted(load, index, new), new
+        return compaction.compacted(load, index, new), new, reply.usage
 
     async def _inline(self, call: InlineCall, thread: Thread, agent: Agent) -> InlineResult:
         self.stats.inline_calls += 1
@@ -405,7 +445,7 @@ class SliceRunner:
             reason,
             extra={"thread_id": claim.thread_id, "error": reason, "retry_in_s": round(delay, 3)},
         )
-        await self._release(claim, retry_at=self.clock() + delay)
+        await self._release(claim, retry_at=self.clock() + delay, wait=reason)
 
     async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:
         """The store could not take the slice (locked, full, overloaded): not the thread's fault.
@@ -426,12 +466,18 @@ class SliceRunner:
         await self._release(claim, retry_at=self.clock() + delay)
 
     async def _release(
-        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+        self,
+        claim: Claim,
+        *,
+        retry_at: float = 0.0,
+        error: str | None = None,
+        fail: bool = False,
+        wait: str | None = None,
     ) -> None:
         """Release ``claim`` without committing; if the store fails, log it and let the
         lease expire by itself (the inputs are still pending, the next claim tries again)."""
         try:
-            await self.store.release(claim, retry_at=retry_at, error=error, fail=fail)
+            await self.store.release(claim, retry_at=retry_at, error=error, fail=fail, wait=wait)
         except Exception as exc:
             log.error(
                 "slice_release_failed",

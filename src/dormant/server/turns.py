@@ -3,7 +3,8 @@
 :func:`exchange` admits inputs (and answers open tool calls), then follows the
 thread through the hub until the agent's turn ends, yielding live text as it
 streams and finally an :class:`Outcome`. The turn ends when the newest message is
-an assistant reply without tool calls (``stop``), or, when the client said it runs
+an assistant reply without tool calls (``stop``; ``length`` when the output cap cut
+it), or, when the client said it runs
 tools itself, an assistant reply whose async calls are open (``tool_calls``). A
 failed thread raises :class:`~dormant.errors.ModelError` with its error.
 
@@ -119,7 +120,8 @@ async def exchange(
                     last = turn[-1] if turn else None
                     if last is not None and last.role == "assistant":
                         if not last.tool_calls:
-                            yield _outcome(thread_id, last, "stop", (), prompt, turn)
+                            reason = "length" if last.cut else "stop"  # cut by the output cap
+                            yield _outcome(thread_id, last, reason, (), prompt, turn)
                             return
                         if client_tools and thread.awaiting > 0:
                             yield _outcome(thread_id, last, "tool_calls", last.tool_calls, prompt, turn)

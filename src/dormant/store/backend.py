@@ -180,11 +180,14 @@ class Backend(Protocol):
         or counted meanwhile is left as it is)."""
         ...
 
-    async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
+    async def release(
+        self, claim: Claim, *, retry_at: float, error: str | None, fail: bool, wait: str | None = None
+    ) -> None:
         """Clear the lease if ``claim`` still holds it: claimable again at ``retry_at``;
         with ``error`` the error kept (the claim counted the failure), without one
         failures - 1 (never below 0: the attempt is given back); with ``fail`` status ``failed``
-        (and not ready)."""
+        (and not ready). ``wait`` is stored as the thread's ``wait_reason`` (until
+        ``retry_at``); None clears it."""
         ...
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:

@@ -147,13 +147,21 @@ class Store(Protocol):
         ...
 
     async def release(
-        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+        self,
+        claim: Claim,
+        *,
+        retry_at: float = 0.0,
+        error: str | None = None,
+        fail: bool = False,
+        wait: str | None = None,
     ) -> None:
         """Give a lease back without a commit (the slice failed).
 
         The thread is not claimable before ``retry_at``; with ``error`` the attempt the
         claim counted stays a failure, without one it is given back; with ``fail`` the
-        thread is marked failed until retried.
+        thread is marked failed until retried. ``wait`` says why the thread waits
+        (its model endpoint is down): kept as its ``wait_reason`` until ``retry_at``
+        (``wait_until``), cleared by its next release, commit or retry.
         """
         ...
 

@@ -60,6 +60,8 @@ RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is ke
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
+#: Most characters of a thread's ``wait_reason`` kept.
+MAX_WAIT_REASON = 1_000
 
 
 def result_input(thread_id: str, call_id: str, tool: str | None, content: str, is_error: bool) -> NewInput:
@@ -325,14 +327,26 @@ class StoreCore:
         except BaseException:
             self.views.discard(plan.thread_id)
             raise
-        self.views.advance(plan.thread_id, plan.messages, summarized=plan.summary is not None)
+        # a view never holds reasoning (see the backends' view reads)
+        messages = tuple(
+            m if m.reasoning is None else msgspec.structs.replace(m, reasoning=None) for m in plan.messages
+        )
+        self.views.advance(plan.thread_id, messages, summarized=plan.summary is not None)
 
     async def release(
-        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+        self,
+        claim: Claim,
+        *,
+        retry_at: float = 0.0,
+        error: str | None = None,
+        fail: bool = False,
+        wait: str | None = None,
     ) -> None:
         """Give a lease back without a commit."""
         self.pending_counts.take(claim.thread_id)
-        await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail)
+        if wait is not None:
+            wait = wait[:MAX_WAIT_REASON]
+        await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail, wait=wait)
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend the leases still held."""
@@ -385,7 +399,8 @@ class StoreCore:
     ) -> Page[Message]:
         """One page of a thread's messages; the cursor is the last seq seen. With
         ``max_bytes``, the page also holds at most that many bytes of message content
-        (UTF-8), but always one message: a bound on what one page costs to hold."""
+        and reasoning (UTF-8), but always one message: a bound on what one page costs
+        to hold."""
         limit = clamp_limit(limit)
         after = seq_cursor(cursor, default=2**62 if newest_first else 0)
         if max_bytes is not None and max_bytes < 1:
@@ -397,7 +412,7 @@ class StoreCore:
         if max_bytes is not None:
             total = 0
             for index, message in enumerate(rows[:keep]):
-                total += len(message.content.encode())
+                total += len(message.content.encode()) + len((message.reasoning or "").encode())
                 if total > max_bytes and index > 0:
                     keep = index
                     break

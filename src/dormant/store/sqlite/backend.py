@@ -55,7 +55,7 @@ from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_sch
 from .journal import SQLiteJournal
 from .memory import MemoryRows
 from .owners import WorkerLocks
-from .reader import ClaimBatches, SQLiteReader
+from .reader import ClaimBatches, SQLiteReader, model_figures
 from .retention import SQLiteRetention
 from .writer import Conn, GroupWriter, Job
 
@@ -425,7 +425,8 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
     async def apply_plan(self, plan: CommitPlan) -> None:
         """Apply a slice plan in one transaction."""
         now = self.clock()
-        size = sum(len(m.content) for m in plan.messages) + sum(len(c.value or "") for c in plan.state) + 512
+        size = sum(len(m.content) + len(m.reasoning or "") for m in plan.messages) + 512
+        size += sum(len(c.value or "") for c in plan.state)
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
@@ -435,10 +436,12 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
         rows = [(tokens, thread_id, seq) for thread_id, seq, tokens in counts]
         await self._write(lambda conn: conn.executemany(sql.STORE_COUNTS, rows), 64 * len(rows))
 
-    async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
+    async def release(
+        self, claim: Claim, *, retry_at: float, error: str | None, fail: bool, wait: str | None = None
+    ) -> None:
         """Give a lease back without committing."""
         now = self.clock()
-        await self._write(lambda conn: jobs.release(conn, claim, now, retry_at, error, fail))
+        await self._write(lambda conn: jobs.release(conn, claim, now, retry_at, error, fail, wait))
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend held leases; the renewed claims."""
@@ -561,6 +564,7 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
             wal_bytes=file_size(self._path + "-wal" if self._path else None),
             schema_version=self._query(sql.GET_VERSION)[0][0],
             ready_by_agent=dict(self._query(sql.READY_BY_AGENT, (now, now, READY_AGENTS_SHOWN))),
+            **model_figures(self._query, None),
         )
 
     async def tenant_status(self, tenant: str) -> StoreStatus:
@@ -578,6 +582,7 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
             db_bytes=0,
             wal_bytes=0,
             schema_version=self._query(sql.GET_VERSION)[0][0],
+            **model_figures(self._query, tenant),
         )
 
     # -- blobs -----------------------------------------------------------------------
