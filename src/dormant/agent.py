@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 from .models.base import Model
+from .pages import PagePolicy
+from .subject import SubjectOptions
 from .tools import ToolBox, ToolSpec
 
 
@@ -23,6 +25,11 @@ class Agent:
     spawns deep may not spawn, and a thread may not spawn more than ``max_children``
     children (counted over its view and the running slice); the model is told so as a
     tool error.
+
+    ``pages`` is the page manager's policy (:class:`~dormant.pages.PagePolicy`; None:
+    from the runtime's settings). ``subject`` (:class:`~dormant.subject.SubjectOptions`)
+    makes the agent remember: recall before each model call, state registers, memory
+    tools, facts from compaction. None (the default): no memory, no cost.
     """
 
     name: str
@@ -33,6 +40,8 @@ class Agent:
     compaction_prompt: str | None = None
     max_spawn_depth: int = 3
     max_children: int = 8
+    pages: PagePolicy | None = None
+    subject: SubjectOptions | None = None
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

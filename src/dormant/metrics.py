@@ -64,6 +64,7 @@ class RuntimeStats:
     completions: int = 0
     compactions: int = 0
     compaction_failures: int = 0
+    facts_found: int = 0  # memories a compaction extracted or moved out (issue 16)
     context_overflows: int = 0  # slices retried once with a smaller view (issue 14)
     inline_calls: int = 0
     slice_failures: int = 0

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 import msgspec
 
-from . import budget, compaction, context, logs
+from . import budget, compaction, context, facts, logs
 from .agent import Agent
 from .config import Settings
 from .errors import (
@@ -47,6 +47,7 @@ from .errors import (
 from .governor_loop import Governor
 from .metrics import RuntimeStats
 from .models.base import ModelEvent, ModelReply, ModelRequest, collect
+from .pages import PagePolicy
 from .records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, ViewLimits
 from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .slice import InlineCall, InlineResult, Turn
@@ -152,7 +153,22 @@ class SliceRunner:
         self.tool_threads = tool_threads
         self.governor = governor
         # per agent: its model's window less its output, system prompt and tool schemas
-        self.limits = {name: budget.limits_for(agent, settings) for name, agent in agents.items()}
+        #: per agent: the page manager's policy (its own, else from the settings)
+        self.pages = {
+            name: agent.pages or PagePolicy.from_settings(settings) for name, agent in agents.items()
+        }
+        #: per agent: the view's limits, less the memories and state sections of an agent
+        #: with a subject (the page manager reserves their shares of the budget)
+        full = {name: budget.limits_for(agent, settings) for name, agent in agents.items()}
+        self.limits = {
+            name: self.pages[name].view_limits(full[name], subject=agent.subject is not None)
+            for name, agent in agents.items()
+        }
+        #: per agent: tokens of its memories and state sections (0, 0 without a subject)
+        self.sections = {
+            name: self.pages[name].sections(full[name], subject=agent.subject is not None)
+            for name, agent in agents.items()
+        }
         self._counters: dict[str, TokenCounter] = {}
         self._names = frozenset(agents)
         self._store_errors = 0  # slices in a row that the store could not take
@@ -231,8 +247,8 @@ class SliceRunner:
         # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
         counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
         summary = None
-        if compaction.due(load, limits, self.settings.compaction_share):
-            load, summary = await self._compact(load, agent, limits, counter)
+        if compaction.due(load, limits, self.pages[agent.name].compact_at):
+            load, summary, _found = await self._compact(load, agent, limits, counter)
         turn = Turn(
             load,
             token=claim.token,
@@ -276,26 +292,38 @@ class SliceRunner:
 
     async def _compact(
         self, load: SliceLoad, agent: Agent, limits: ViewLimits, counter: TokenCounter | None
-    ) -> tuple[SliceLoad, Summary | None]:
+    ) -> tuple[SliceLoad, Summary | None, tuple[facts.Fact, ...]]:
         """Summarize the older part of ``load``'s view; on failure, ``load`` unchanged.
 
+        What is kept verbatim is the page manager's (:meth:`PagePolicy.keep_limits`).
+        For an agent that extracts facts, the same call returns them (:mod:`dormant.facts`);
+        they come back with the tool results the policy moves out of the summarized part.
         A failed compaction costs the slice nothing: the thread goes on with its view
         (still bounded by the budget) and compaction is tried again on its next slice.
         """
-        keep = self.settings.compaction_keep
+        policy = self.pages[agent.name]
+        keep = policy.keep_limits(limits)
+        own = load.view[load.inherited :]
         index = compaction.cut_index(
-            load.view[load.inherited :],
-            int(limits.max_tokens * keep),
-            int(limits.max_bytes * keep),
-            int(limits.max_messages * keep),  # else a view bounded only by its message cap never compacts
+            own,
+            keep.tokens,
+            keep.bytes,
+            keep.messages,
+            weight=keep.weight,
+            cap_tokens=keep.cap_tokens,
+            cap_bytes=keep.cap_bytes,
         )
         if index is None:
-            return load, None
+            return load, None, ()
         prompt = agent.compaction_prompt or compaction.DEFAULT_PROMPT
         max_words = max(50, getattr(agent.model, "max_output_tokens", 4096) * 2 // 3)
+        # facts become memory records of the thread's subject: none without one
+        extract = agent.subject is not None and policy.extract_facts is not False
+        extra = facts.instruction() if extract else ""
         try:
-            reply = await self._complete(agent, compaction.request(load, index, prompt, max_words))
-            if not reply.text.strip():
+            reply = await self._complete(agent, compaction.request(load, index, prompt, max_words, extra))
+            parsed = facts.split(reply.text) if extract else facts.Extraction(summary=reply.text)
+            if not parsed.summary.strip():
                 raise ModelError("the model returned an empty summary", retryable=False)
         except Exception as exc:
             self.stats.compaction_failures += 1
@@ -306,11 +334,20 @@ class SliceRunner:
                 error,
                 extra={"thread_id": load.thread.id, "error": error},
             )
-            return load, None
+            return load, None, ()
         self.stats.compactions += 1
-        tokens = counter.count("system", reply.text) if counter is not None else 0
-        new = compaction.summary(load, index, reply.text, tokens, self.clock())
-        return compaction.compacted(load, index, new), new
+        if parsed.problem is not None:
+            log.warning(
+                "compaction_facts_unreadable thread=%s: %s",
+                load.thread.id,
+                parsed.problem,
+                extra={"thread_id": load.thread.id, "error": parsed.problem},
+            )
+        found = parsed.facts + policy.moved_out(own[: index + 1]) if agent.subject is not None else ()
+        self.stats.facts_found += len(found)
+        tokens = counter.count("system", parsed.summary) if counter is not None else 0
+        new = compaction.summary(load, index, parsed.summary, tokens, self.clock())
+        return compaction.compacted(load, index, new), new, found
 
     async def _inline(self, call: InlineCall, thread: Thread, agent: Agent) -> InlineResult:
         self.stats.inline_calls += 1

@@ -33,6 +33,7 @@ from .records import (
     ToolCall,
     ViewLimits,
 )
+from .sections import compose
 from .tools import ToolBox, ToolSpec
 
 
@@ -112,8 +113,11 @@ class Turn:
         now: float,
         summary: Summary | None = None,
         limits: ViewLimits | None = None,
+        sections: str = "",
     ) -> None:
         self.thread = load.thread
+        #: the state and memories sections shown after the summary (:mod:`dormant.sections`)
+        self.sections = sections
         self.limits = limits
         self.token = token
         self.system = system
@@ -165,7 +169,7 @@ class Turn:
             system=self.system,
             messages=messages,
             tools=self.tools.schemas,
-            summary=self._summary.content if self._summary is not None else None,
+            summary=compose(self._summary.content if self._summary is not None else None, self.sections),
         )
 
     def on_reply(self, reply: ModelReply) -> list[InlineCall]:
