@@ -576,6 +576,15 @@ def _mount_serve() -> None:
 _mount_serve()
 
 
+def _mount_gc() -> None:
+    from .cli_gc import gc
+
+    app.command()(gc)
+
+
+_mount_gc()
+
+
 def main() -> None:
     """Entry point of the ``dormant`` script."""
     try:

@@ -230,6 +230,43 @@ class NewThread(msgspec.Struct, frozen=True, kw_only=True):
     parent_seq: int
 
 
+StateOp = Literal["add", "update", "delete"]
+JournalKind = Literal["add", "update", "delete", "full", "incremental"]
+
+
+class StateChange(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of a thread's key/value state, written with a slice's commit:
+    ``add`` or ``update`` set ``key`` to ``value`` (JSON text), ``delete`` removes it."""
+
+    op: StateOp
+    key: str
+    value: str | None = None
+
+
+class JournalEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of a thread's state journal (``seq`` numbers the thread's journal).
+
+    A change record (``add``/``update``/``delete``: ``key`` and ``value``) or a
+    checkpoint header (``full`` or ``incremental``): ``upto`` is the journal seq it
+    covers, its body is ``parts`` pieces of ``size`` bytes with sha256 ``digest``, and
+    it counts for recovery only once ``recoverable`` (set after it was verified
+    complete). ``run`` is the thread's run count when the entry was written.
+    """
+
+    thread_id: str
+    seq: int
+    kind: JournalKind
+    key: str | None = None
+    value: str | None = None
+    run: int = 0
+    upto: int = 0
+    parts: int = 0
+    size: int = 0
+    digest: str | None = None
+    recoverable: bool = False
+    created_at: float = 0.0
+
+
 class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one slice changes, applied by the store in one transaction.
 
@@ -249,6 +286,10 @@ class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     awaiting: int = 0
     #: a compaction summary written by this slice (it covers messages already stored)
     summary: Summary | None = None
+    #: state changes journaled in the same transaction (:class:`StateChange`)
+    state: tuple[StateChange, ...] = ()
+    #: runs this slice ends (an agent-declared unit; by default one per user turn)
+    runs: int = 0
 
 
 class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):

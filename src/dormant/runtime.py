@@ -22,6 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import Any
+
+import msgspec
 
 from .agent import Agent
 from .blobs import ToolOutput
@@ -30,9 +33,10 @@ from .dispatcher import Dispatcher
 from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
 from .governor_loop import Governor, build_governor
+from .journal import CheckpointPolicy
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
-from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
+from .records import Admission, Claim, JournalEntry, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .runner import SliceRunner
 from .scheduler import Scheduler
 from .store import Store, open_store, store_options
@@ -77,6 +81,8 @@ class Runtime:
         self.worker = self.settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = RuntimeStats()
         self.clock = time.time
+        #: when :meth:`checkpoint` writes state checkpoints (replace to configure)
+        self.checkpoints = CheckpointPolicy()
         self.tool_threads = ToolThreads(self.settings.tool_threads)
         self.scheduler = Scheduler(
             self.store,
@@ -356,6 +362,21 @@ class Runtime:
         refused (InvalidInput) while one of them is running a slice. See
         :meth:`Store.delete_thread`."""
         return await self.store.delete_thread(thread_id)
+
+    async def state(self, thread_id: str, *, at_seq: int | None = None) -> dict[str, Any]:
+        """The thread's key/value state (values decoded from JSON): recovered from the
+        newest recoverable checkpoint plus the journal after it, or, with ``at_seq``,
+        as it was at that journal seq (the journal itself is never rewritten)."""
+        if at_seq is None:
+            raw = (await self.store.journal.recover(thread_id)).state
+        else:
+            raw = await self.store.journal.state_at(thread_id, at_seq)
+        return {key: msgspec.json.decode(value) for key, value in raw.items()}
+
+    async def checkpoint(self, thread_id: str) -> JournalEntry | None:
+        """Write the state checkpoint the configured policy says is due, if any
+        (``dormant gc`` and the governor's warn hook call this)."""
+        return await self.store.journal.maybe_checkpoint(thread_id, self.checkpoints, self.clock())
 
     async def retry(self, thread_id: str) -> Thread:
         """Make a failed thread run again."""

@@ -361,3 +361,23 @@ def governor(
         console.print("[red]FAIL[/]: RSS passed the hard limit or an input was lost")
         raise typer.Exit(1)
     console.print("PASS: RSS stayed under the hard limit and every input was answered")
+
+
+@bench_app.command("retention")
+def retention(
+    turns: Annotated[int, typer.Option(min=10, envvar="DORMANT_BENCH_TURNS")] = 2000,
+    output_kb: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_OUTPUT_KB")] = 50,
+    keep: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_KEEP")] = 200,
+    every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_GC_EVERY")] = 50,
+    sample_every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_SAMPLE_EVERY")] = 100,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/retention"),
+) -> None:
+    """Store size over TURNS tool turns of one agent (OUTPUT_KB KB outputs), without and with retention."""
+    import asyncio
+
+    from .retention import bench
+
+    summary = asyncio.run(
+        bench(out, turns=turns, output_kb=output_kb, keep=keep, every=every, sample_every=sample_every)
+    )
+    Console().print_json(json.dumps(summary))

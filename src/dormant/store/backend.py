@@ -42,6 +42,7 @@ from ..records import (
     Claim,
     CommitPlan,
     Input,
+    JournalEntry,
     Message,
     NewInput,
     OutboxEntry,
@@ -159,9 +160,10 @@ class Backend(Protocol):
 
     async def apply_plan(self, plan: CommitPlan) -> None:
         """Apply a checked plan in one transaction: delete the consumed inputs, advance
-        the thread (last_seq, awaiting, tokens, summary columns, readiness; failures and
-        lease cleared), insert the summary, messages, outbox calls, child threads and
-        admissions (as :meth:`admit`).
+        the thread (last_seq, awaiting, tokens, runs, summary columns, readiness; failures
+        and lease cleared), append ``plan.state`` to the state journal (seqs after its
+        newest, ``run`` = the thread's runs after this plan), insert the summary, messages,
+        outbox calls, child threads and admissions (as :meth:`admit`).
 
         Changes nothing and raises LeaseLost when ``plan.token`` no longer holds the lease,
         NotFound when the thread is gone, StoreError when the plan does not fit the stored
@@ -251,6 +253,60 @@ class Backend(Protocol):
         """Delete the thread, its descendants, all their rows and the blobs no thread refers
         to any more, one transaction; the ids deleted. NotFound if missing; InvalidInput
         (nothing deleted) while one of them holds a live lease."""
+        ...
+
+    # -- the state journal (change records come with apply_plan) ----------------------
+
+    async def journal_rows(self, thread_id: str, after: int, limit: int) -> list[JournalEntry] | None:
+        """Up to ``limit`` journal entries of a thread with seq > ``after``, by seq;
+        None if the thread is missing."""
+        ...
+
+    async def newest_checkpoint(self, thread_id: str, kind: str) -> JournalEntry | None:
+        """The thread's newest *recoverable* checkpoint header of ``kind``
+        (``full`` or ``incremental``), None if none."""
+        ...
+
+    async def checkpoints_after(self, thread_id: str, after: int, limit: int) -> list[JournalEntry]:
+        """Up to ``limit`` recoverable checkpoint headers of a thread with seq > ``after``, by seq."""
+        ...
+
+    async def thread_runs(self, thread_id: str) -> int | None:
+        """How many runs the thread ended (the sum of its plans' ``runs``); None if missing."""
+        ...
+
+    async def begin_checkpoint(
+        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str
+    ) -> JournalEntry:
+        """Append a checkpoint header (seq after the journal's newest, ``run`` the
+        thread's runs, not recoverable), one transaction; the stored entry. NotFound
+        if the thread is missing."""
+        ...
+
+    async def put_checkpoint_parts(self, thread_id: str, seq: int, first: int, parts: Sequence[str]) -> None:
+        """Store ``parts`` as body pieces ``first, first + 1, ...`` of checkpoint
+        ``seq``, one transaction."""
+        ...
+
+    async def checkpoint_parts(self, thread_id: str, seq: int, first: int, limit: int) -> list[str]:
+        """Up to ``limit`` body pieces of checkpoint ``seq`` from index ``first``, in order."""
+        ...
+
+    async def mark_recoverable(self, thread_id: str, seq: int) -> bool:
+        """Set ``recoverable`` on checkpoint ``seq`` if all of its parts are stored
+        (one transaction); whether it was marked."""
+        ...
+
+    # -- retention -------------------------------------------------------------------
+
+    async def shrink_tool_results(
+        self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
+    ) -> int:
+        """Cut the content of at most ``limit`` tool-result messages of a thread, oldest
+        first, among those before its ``keep`` (>= 1) newest tool results, to their first
+        ``head_chars`` characters followed by ``note`` (token count cleared: views
+        estimate it); messages already that short are left. The messages stay (every
+        call keeps its one result). One transaction; how many were cut."""
         ...
 
     # -- blobs -----------------------------------------------------------------------

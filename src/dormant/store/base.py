@@ -34,6 +34,7 @@ from ..records import (
 if TYPE_CHECKING:
     from ..cache import ViewCache
     from ..doctor import Report
+    from .journal import StateJournal
     from .views import ViewReads
 
 #: Largest page any paged read returns, whatever the caller asks for.
@@ -51,6 +52,8 @@ class Store(Protocol):
     view_reads: ViewReads
     #: bytes :meth:`read_blob` returned so far (for benchmarks)
     blob_read_bytes: int
+    #: the state journal (recovery, checkpoints, paged reads); plans carry its change records
+    journal: StateJournal
 
     @property
     def commits(self) -> int:
@@ -231,6 +234,11 @@ class Store(Protocol):
         ...
 
     # -- blobs (see dormant.blobs) ---------------------------------------------------
+
+    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
+        """Retention: cut at most ``limit`` tool results older than the thread's ``keep``
+        newest to ``head_chars`` characters and a note (messages stay); how many."""
+        ...
 
     async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
         """Store the concatenation of ``chunks`` (pieces of any size) as one blob that

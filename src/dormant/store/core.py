@@ -23,6 +23,7 @@ from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
 from ..errors import InvalidInput, NotFound, StoreError, Unauthenticated, UsageError
+from ..journal import validate_changes
 from ..records import (
     Admission,
     ApiKey,
@@ -44,12 +45,16 @@ from ..records import (
 from . import keys
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
+from .journal import StateJournal
 from .views import PendingCounts, ViewReads, load_view
 
 if TYPE_CHECKING:
     from ..doctor import Report
 
 _log = logging.getLogger(__name__)
+
+#: Appended to a tool result that retention cut (:meth:`StoreCore.shrink_tool_results`).
+RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is kept]"
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
@@ -170,6 +175,8 @@ class StoreCore:
         self.pending_counts = PendingCounts()
         #: bytes read_blob returned so far (benchmarks)
         self.blob_read_bytes = 0
+        #: the state journal: recovery, checkpoints, paged reads (change records come with plans)
+        self.journal = StateJournal(backend)
 
     # -- lifecycle and abilities ---------------------------------------------------------
 
@@ -290,6 +297,9 @@ class StoreCore:
         """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""
         check_plan(plan)
         validate(plan.admissions, self.max_input_bytes)
+        validate_changes(plan.state)
+        if plan.runs < 0:
+            raise UsageError("a plan cannot end a negative number of runs")
         counts = self.pending_counts.take(plan.thread_id)
         try:
             if counts:
@@ -414,6 +424,18 @@ class StoreCore:
         if tenant is None:
             return await self.backend.status()
         return await self.backend.tenant_status(tenant)
+
+    # -- retention -------------------------------------------------------------------
+
+    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
+        """Cut old tool results of a thread to their head (see
+        :meth:`Backend.shrink_tool_results`); how many were cut. Its cached views go."""
+        if keep < 1 or head_chars < 0 or limit < 1:
+            raise UsageError("keep and limit must be >= 1, head_chars >= 0")
+        cut = await self.backend.shrink_tool_results(thread_id, keep, head_chars, RETENTION_NOTE, limit)
+        if cut:
+            self.views.discard(thread_id)
+        return cut
 
     # -- blobs -----------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from . import sql
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
 from .heartbeat import DbClock, Heartbeat
+from .journal import PgJournal
 from .reads import PgReads, PgSliceReader
 from .schema import migrate_schema
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
@@ -119,6 +120,16 @@ class PostgresBackend(BackendDefaults):
         self.read_blob = self.blobs.read_blob
         self.sweep_blobs = self.blobs.sweep_blobs
         self.delete_threads = self.blobs.delete_threads
+        self.journal = PgJournal(self.reads, self._write, self.clock)
+        self.journal_rows = self.journal.journal_rows
+        self.newest_checkpoint = self.journal.newest_checkpoint
+        self.checkpoints_after = self.journal.checkpoints_after
+        self.thread_runs = self.journal.thread_runs
+        self.begin_checkpoint = self.journal.begin_checkpoint
+        self.put_checkpoint_parts = self.journal.put_checkpoint_parts
+        self.checkpoint_parts = self.journal.checkpoint_parts
+        self.mark_recoverable = self.journal.mark_recoverable
+        self.shrink_tool_results = self.journal.shrink_tool_results
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._writer: Writer | None = None  # None while closed
@@ -399,6 +410,7 @@ class PostgresBackend(BackendDefaults):
             notify=(NOTIFY_OUTBOX if plan.calls else 0) | (NOTIFY_THREADS if plan.admissions else 0),
         )
         size = sum(len(m.content) for m in plan.messages) + sum(len(a.content) for a in plan.admissions)
+        size += sum(len(c.value or "") for c in plan.state)
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(job, size + 512)

@@ -39,7 +39,9 @@ CREATE TABLE threads (
     -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
     -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
     -- whose ids extend their parent's, inherit it
-    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED
+    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED,
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
@@ -164,6 +166,35 @@ CREATE TABLE workers (
     pid          integer NOT NULL,
     started_at   timestamptz NOT NULL,
     heartbeat_at timestamptz NOT NULL
+);
+
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   text COLLATE "C" NOT NULL REFERENCES threads (id),
+    seq         bigint NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         text,
+    value       text,
+    run         bigint NOT NULL DEFAULT 0,
+    upto        bigint NOT NULL DEFAULT 0,
+    parts       integer NOT NULL DEFAULT 0,
+    size        bigint NOT NULL DEFAULT 0,
+    digest      text,
+    recoverable boolean NOT NULL DEFAULT false,
+    created_at  double precision NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE TABLE state_parts (
+    thread_id text COLLATE "C" NOT NULL,
+    seq       bigint NOT NULL,
+    idx       integer NOT NULL,
+    data      text NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
 );
 
 -- Admit one input. A known (thread, key) changes nothing and answers the first input's
@@ -322,6 +353,7 @@ BEGIN
         awaiting = v_awaiting, failures = 0, error = NULL,
         lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = p_now,
         tokens = t.tokens + v_tokens,
+        runs = t.runs + coalesce((p_plan ->> 'runs')::bigint, 0),
         summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
         summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i
@@ -329,6 +361,15 @@ BEGIN
         ready_at = (SELECT min(i.not_before) FROM inputs i
                     WHERE i.thread_id = v_thread AND (v_awaiting = 0 OR i.kind = 'tool_result'))
     WHERE t.id = v_thread;
+    IF jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN
+        -- state change records, numbered after the journal's newest (the thread row is locked)
+        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at)
+        SELECT v_thread,
+               (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
+               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value',
+               (SELECT t.runs FROM threads t WHERE t.id = v_thread), p_now
+        FROM jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n);
+    END IF;
     IF jsonb_array_length(p_plan -> 'admissions') > 0 THEN
         PERFORM 1 FROM dormant_admit(p_plan -> 'admissions', p_sort_keys, p_now);
     END IF;

@@ -8,7 +8,15 @@ backend holds SQL text.
 
 from __future__ import annotations
 
-from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
+from ..rows import (
+    INPUT_COLS,
+    JOURNAL_COLS,
+    MESSAGE_COLS,
+    OUTBOX_COLS,
+    SUMMARY_COLS,
+    THREAD_COLS,
+    THREAD_TABLES,
+)
 
 # The multi-row operations take their records as one jsonb document (msgspec encoding).
 ADMIT = "SELECT r_input_id, r_duplicate FROM dormant_admit(%s::jsonb, %s::float8[], %s::float8)"
@@ -130,7 +138,8 @@ TABLE_BYTES = """
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
   AND c.relname IN ('threads', 'inputs', 'input_keys', 'messages', 'outbox', 'schema_version',
-                    'summaries', 'blobs', 'blob_chunks', 'blob_refs', 'workers')
+                    'summaries', 'blobs', 'blob_chunks', 'blob_refs', 'workers',
+                    'state_journal', 'state_parts')
 """
 
 # -- schema ---------------------------------------------------------------------------
@@ -324,4 +333,51 @@ SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
             WHERE thread_id = %(thread)s AND seq < %(after)s ORDER BY seq DESC LIMIT %(limit)s) a) b
     WHERE upto <= %(max_bytes)s OR n <= 2)
 ORDER BY seq DESC
+"""
+
+# -- the state journal (issue 17.3); change records are written by dormant_commit_slice
+THREAD_RUNS = "SELECT runs FROM threads WHERE id = %s"
+# A checkpoint header, not recoverable yet, numbered after the journal's newest (the
+# writer locked the thread row first).
+BEGIN_CHECKPOINT = f"""
+INSERT INTO state_journal (thread_id, seq, kind, run, upto, parts, size, digest, created_at)
+SELECT t.id, (SELECT coalesce(max(j.seq), 0) + 1 FROM state_journal j WHERE j.thread_id = t.id),
+       %(kind)s, t.runs, %(upto)s, %(parts)s, %(size)s, %(digest)s, %(now)s
+FROM threads t WHERE t.id = %(id)s
+RETURNING {JOURNAL_COLS}
+"""
+INSERT_PARTS = """
+INSERT INTO state_parts (thread_id, seq, idx, data)
+SELECT %s, %s, %s + p.n - 1, p.data FROM unnest(%s::text[]) WITH ORDINALITY AS p (data, n)
+"""
+MARK_RECOVERABLE = """
+UPDATE state_journal SET recoverable = true
+WHERE thread_id = %(id)s AND seq = %(seq)s AND kind IN ('full', 'incremental')
+  AND parts = (SELECT count(*) FROM state_parts WHERE thread_id = %(id)s AND seq = %(seq)s)
+"""
+JOURNAL_PAGE = (
+    f"SELECT {JOURNAL_COLS} FROM state_journal WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+NEWEST_CHECKPOINT = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = %s AND kind = %s AND recoverable ORDER BY seq DESC LIMIT 1
+"""
+CHECKPOINTS_AFTER = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = %s AND kind IN ('full', 'incremental') AND recoverable AND seq > %s
+ORDER BY seq LIMIT %s
+"""
+PARTS_PAGE = (
+    "SELECT data FROM state_parts WHERE thread_id = %s AND seq = %s AND idx >= %s ORDER BY idx LIMIT %s"
+)
+
+# -- retention (issue 17.2): see the SQLite statement of the same name
+SHRINK_TOOL_RESULTS = """
+UPDATE messages SET content = left(content, %(head)s) || %(note)s, tokens = NULL
+WHERE thread_id = %(id)s AND seq IN (
+  SELECT m.seq FROM messages m
+  WHERE m.thread_id = %(id)s AND m.role = 'tool' AND length(m.content) > %(head)s + length(%(note)s)
+    AND m.seq < coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = %(id)s AND k.role = 'tool'
+                          ORDER BY k.seq DESC LIMIT 1 OFFSET %(keep)s - 1), 0)
+  ORDER BY m.seq LIMIT %(limit)s)
 """

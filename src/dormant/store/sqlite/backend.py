@@ -51,15 +51,8 @@ from ..backend import BackendDefaults
 from ..rows import row_entry, row_key, row_live_key, row_message, row_tenant, row_thread
 from . import jobs, outbox, sql
 from .blobs import SQLiteBlobs
-from .connect import (
-    MEMORY_SCHEME,
-    connect,
-    file_size,
-    memory_name,
-    migrate_schema,
-    path_from_url,
-    translate,
-)
+from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
+from .journal import SQLiteJournal
 from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader
 from .writer import Conn, GroupWriter, Job
@@ -124,6 +117,16 @@ class SQLiteBackend(BackendDefaults):
         self._closing = False
         self._batches = ClaimBatches()
         self.blobs = SQLiteBlobs(self._write, self._read, clock)
+        self.journal = SQLiteJournal(self._write, self._query, clock)
+        self.journal_rows = self.journal.journal_rows
+        self.newest_checkpoint = self.journal.newest_checkpoint
+        self.checkpoints_after = self.journal.checkpoints_after
+        self.thread_runs = self.journal.thread_runs
+        self.begin_checkpoint = self.journal.begin_checkpoint
+        self.put_checkpoint_parts = self.journal.put_checkpoint_parts
+        self.checkpoint_parts = self.journal.checkpoint_parts
+        self.mark_recoverable = self.journal.mark_recoverable
+        self.shrink_tool_results = self.journal.shrink_tool_results
         # the lock files that prove workers of this file alive (files only)
         self._locks = WorkerLocks(self._path) if self._path is not None else None
         self._next_recovery = 0.0
@@ -418,7 +421,7 @@ class SQLiteBackend(BackendDefaults):
     async def apply_plan(self, plan: CommitPlan) -> None:
         """Apply a slice plan in one transaction."""
         now = self.clock()
-        size = sum(len(m.content) for m in plan.messages) + 512
+        size = sum(len(m.content) for m in plan.messages) + sum(len(c.value or "") for c in plan.state) + 512
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)

@@ -111,6 +111,7 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
         "first_seq": messages[0].seq if messages else None,
         "last_seq": messages[-1].seq if messages else None,
         "awaiting": plan.awaiting,
+        "runs": plan.runs,
         "now": now,
         "id": plan.thread_id,
         "token": plan.token,
@@ -164,6 +165,13 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
                 (plan.thread_id, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
                 for c in plan.calls
             ],
+        )
+    if plan.state:
+        top = conn.execute(sql.JOURNAL_TOP, (plan.thread_id,)).fetchone()[0]
+        run = conn.execute(sql.THREAD_RUNS, (plan.thread_id,)).fetchone()[0]
+        conn.executemany(
+            sql.INSERT_CHANGE,
+            [(plan.thread_id, top + 1 + n, c.op, c.key, c.value, run, now) for n, c in enumerate(plan.state)],
         )
     for child in plan.threads:
         if not insert_thread(conn, child.id, child.agent, now, (child.parent_id, child.parent_seq)):

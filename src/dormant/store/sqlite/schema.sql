@@ -30,7 +30,9 @@ CREATE TABLE threads (
     -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
     -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
     -- whose ids extend their parent's, inherit it
-    tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL
+    tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL,
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
@@ -161,3 +163,32 @@ CREATE TABLE api_keys (
     revoked_at REAL
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
+
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable = 1, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   TEXT NOT NULL REFERENCES threads(id),
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         TEXT,
+    value       TEXT,
+    run         INTEGER NOT NULL DEFAULT 0,
+    upto        INTEGER NOT NULL DEFAULT 0,
+    parts       INTEGER NOT NULL DEFAULT 0,
+    size        INTEGER NOT NULL DEFAULT 0,
+    digest      TEXT,
+    recoverable INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE TABLE state_parts (
+    thread_id TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
+) WITHOUT ROWID;

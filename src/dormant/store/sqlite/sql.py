@@ -11,7 +11,15 @@ from functools import lru_cache
 
 import msgspec
 
-from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
+from ..rows import (
+    INPUT_COLS,
+    JOURNAL_COLS,
+    MESSAGE_COLS,
+    OUTBOX_COLS,
+    SUMMARY_COLS,
+    THREAD_COLS,
+    THREAD_TABLES,
+)
 
 encode = msgspec.json.encode
 
@@ -121,7 +129,7 @@ FINISH_SLICE = """
 UPDATE threads SET
   last_seq = coalesce(:last_seq, last_seq), awaiting = :awaiting, failures = 0, error = NULL,
   lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = :now,
-  tokens = tokens + :tokens,
+  tokens = tokens + :tokens, runs = runs + :runs,
   summary_seq = coalesce(:upto, summary_seq),
   summarized_tokens = coalesce(:covered, summarized_tokens),
   (ready_key, ready_at) = (SELECT MIN(i.sort_key), MIN(i.not_before) FROM inputs i
@@ -422,4 +430,50 @@ SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ?1 AND seq IN (
             WHERE thread_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3) a) b
     WHERE upto <= ?4 OR n <= 2)
 ORDER BY seq DESC
+"""
+
+# -- the state journal (issue 17.3) --------------------------------------------------
+JOURNAL_TOP = "SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = ?"
+THREAD_RUNS = "SELECT runs FROM threads WHERE id = ?"
+INSERT_CHANGE = """
+INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+# A checkpoint header, not recoverable yet: its seq follows the journal's newest.
+INSERT_CHECKPOINT = f"""
+INSERT INTO state_journal (thread_id, seq, kind, run, upto, parts, size, digest, created_at)
+SELECT ?1, coalesce(max(seq), 0) + 1, ?2, (SELECT runs FROM threads WHERE id = ?1), ?3, ?4, ?5, ?6, ?7
+FROM state_journal WHERE thread_id = ?1
+RETURNING {JOURNAL_COLS}
+"""
+INSERT_PART = "INSERT INTO state_parts (thread_id, seq, idx, data) VALUES (?, ?, ?, ?)"
+# Recoverable only when every part is there (the core verified their digest).
+MARK_RECOVERABLE = """
+UPDATE state_journal SET recoverable = 1
+WHERE thread_id = ?1 AND seq = ?2 AND kind IN ('full', 'incremental')
+  AND parts = (SELECT count(*) FROM state_parts WHERE thread_id = ?1 AND seq = ?2)
+"""
+JOURNAL_PAGE = f"""
+SELECT {JOURNAL_COLS} FROM state_journal WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?
+"""
+NEWEST_CHECKPOINT = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = ? AND kind = ? AND recoverable = 1 ORDER BY seq DESC LIMIT 1
+"""
+PARTS_PAGE = "SELECT data FROM state_parts WHERE thread_id = ? AND seq = ? AND idx >= ? ORDER BY idx LIMIT ?"
+CHECKPOINTS_AFTER = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = ? AND kind IN ('full', 'incremental') AND recoverable = 1 AND seq > ?
+ORDER BY seq LIMIT ?
+"""
+
+# -- retention (issue 17.2): tool results older than the newest ?2 keep ?3 characters
+# plus ?4 (a note), at most ?5 messages per call; the message itself always stays.
+SHRINK_TOOL_RESULTS = """
+UPDATE messages SET content = substr(content, 1, ?3) || ?4, tokens = NULL
+WHERE id IN (
+  SELECT m.id FROM messages m
+  WHERE m.thread_id = ?1 AND m.role = 'tool' AND length(m.content) > ?3 + length(?4)
+    AND m.seq < coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = ?1 AND k.role = 'tool'
+                          ORDER BY k.seq DESC LIMIT 1 OFFSET ?2 - 1), 0)
+  ORDER BY m.seq LIMIT ?5)
 """
