@@ -54,7 +54,7 @@ _ENTRY = msgspec.json.Decoder(dict[str, Any])
 def is_binding_key(text: str | None) -> bool:
     """Whether ``text`` is a binding key (what an input's ``source`` carries when its
     sender was identified at admission)."""
-    return bool(text) and text.startswith(BINDING_PREFIX) and len(text) <= 80  # type: ignore[union-attr]
+    return text is not None and text.startswith(BINDING_PREFIX) and len(text) <= 80
 
 
 @dataclass(frozen=True, slots=True)
