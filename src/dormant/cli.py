@@ -560,6 +560,9 @@ def _mount_bench() -> None:
     from .bench.cli import bench_app
 
     app.add_typer(bench_app, name="bench")
+    from .cli_memory import memory_app
+
+    app.add_typer(memory_app, name="memory")
 
 
 _mount_bench()

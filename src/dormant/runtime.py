@@ -34,6 +34,9 @@ from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
 from .governor_loop import Governor, build_governor
 from .journal import CheckpointPolicy
+from .memory.core import MemoryCore
+from .memory.embedder import Embedder, MiniLMEmbedder
+from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
 from .records import Admission, Claim, JournalEntry, Message, NewInput, Page, Priority, StoreStatus, Thread
@@ -62,6 +65,7 @@ class Runtime:
         *,
         settings: Settings | None = None,
         default_agent: str | None = None,
+        memory_embedder: Embedder | None = None,
     ) -> None:
         if not agents:
             raise UsageError("a runtime needs at least one agent")
@@ -69,6 +73,9 @@ class Runtime:
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
+        #: the embedder of :attr:`memory` (None: MiniLM, loaded on first use)
+        self.memory_embedder = memory_embedder
+        self._memory: Memory | None = None
         remember(store.url)  # its password is scrubbed from any error text shown later
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -170,9 +177,27 @@ class Runtime:
         """Stop running loops and close the store."""
         self.stop()
         self.tool_threads.close()
+        if self._memory is not None:
+            memory, self._memory = self._memory, None
+            await memory.close()  # pending access counts, before the store closes
         if self._opened:
             await self.store.close()
             self._opened = False
+
+    @property
+    def memory(self) -> Memory:
+        """Long-term memory in this runtime's store (``rt.memory.add / recall / get /
+        history / forget / bind / rebind``; see docs/memory.md). Open runtime only.
+
+        Built on first use over :meth:`Store.memory_rows` (PostgreSQL connects then, a
+        blocking call); every operation runs in a worker thread, so the embedder loads
+        and embeds off the event loop; ``rt.memory.status()`` reports its RSS."""
+        if self._memory is None:
+            if not self._opened:
+                raise UsageError("open the runtime before using its memory")
+            embedder = self.memory_embedder if self.memory_embedder is not None else MiniLMEmbedder()
+            self._memory = Memory(MemoryCore(self.store.memory_rows(), embedder), store=self.store)
+        return self._memory
 
     async def __aenter__(self) -> Runtime:
         await self.open()

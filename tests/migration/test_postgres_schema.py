@@ -80,6 +80,13 @@ async def test_a_new_schema_has_every_declared_object(pg_url: str) -> None:
         "workers",
         "tenants",
         "api_keys",
+        "memory_records",
+        "memory_history",
+        "memory_links",
+        "memory_moves",
+        "memory_identity",
+        "memory_dictionary",
+        "memory_meta",
         "state_journal",
         "state_parts",
     }

@@ -1,4 +1,4 @@
-"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context`` and ``governor``."""
+"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context``, ``governor`` and ``recall``."""
 
 from __future__ import annotations
 
@@ -361,6 +361,60 @@ def governor(
         console.print("[red]FAIL[/]: RSS passed the hard limit or an input was lost")
         raise typer.Exit(1)
     console.print("PASS: RSS stayed under the hard limit and every input was answered")
+
+
+@bench_app.command("recall")
+def recall(
+    memories: Annotated[
+        int, typer.Option(min=100, envvar="DORMANT_BENCH_MEMORIES", help="Records for latency.")
+    ] = (1_000_000),
+    subjects: Annotated[int, typer.Option(min=10, envvar="DORMANT_BENCH_SUBJECTS")] = 10_000,
+    rich: Annotated[
+        int, typer.Option(min=1, envvar="DORMANT_BENCH_RICH", help="Subjects with a history.")
+    ] = 600,
+    embedder: Annotated[
+        str, typer.Option(envvar="DORMANT_BENCH_EMBEDDER", help="minilm or hashing.")
+    ] = "minilm",
+    seed: Annotated[int, typer.Option(envvar="DORMANT_BENCH_SEED")] = 7,
+    queries: Annotated[
+        int, typer.Option(min=10, envvar="DORMANT_BENCH_QUERIES", help="Latency samples.")
+    ] = 1000,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/recall"),
+) -> None:
+    """Recall quality on the seeded suite (hybrid and baselines), latency and RSS at MEMORIES records.
+
+    Writes ``OUT/summary.json``; the suite is described in BENCHMARKS.md.
+    """
+    if embedder not in ("minilm", "hashing"):
+        console.print("[red]error:[/] --embedder must be minilm or hashing")
+        raise typer.Exit(2)
+    payload = json.dumps(
+        {
+            "out": str(out),
+            "memories": memories,
+            "subjects": subjects,
+            "rich": rich,
+            "embedder": embedder,
+            "seed": seed,
+            "latency_queries": queries,
+        }
+    )
+    summary = _run_process("recall", "dormant.bench.recall", payload, out)
+    table = Table(title="recall")
+    for col in ("run", "recall@1", "recall@5", "mrr", "stale", "leak", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="right" if col != "run" else "left")
+    baselines: dict[str, dict[str, object]] = summary["baselines"]  # type: ignore[assignment]
+    rows = [("hybrid", summary), *baselines.items()]
+    for name, fig in rows:
+        table.add_row(
+            name,
+            *(
+                f"{fig[k]}"
+                for k in ("recall_at_1", "recall_at_5", "mrr", "stale_rate", "leak_rate", "p50_ms", "p99_ms")
+            ),
+        )
+    console.print(table)
+    console.print(f"rss {summary['rss_bytes']:,} bytes; wrote {out / 'summary.json'}")
 
 
 @bench_app.command("retention")

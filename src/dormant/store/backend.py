@@ -55,6 +55,7 @@ from ..records import (
 
 if TYPE_CHECKING:
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
 
 
 class SliceReader(Protocol):
@@ -396,6 +397,12 @@ class Backend(Protocol):
         """Free what the database library can of the caches it holds in this process
         (the memory governor calls it under memory pressure); how many connections
         gave memory back. Fallback 0: the backend caches nothing here."""
+        ...
+
+    def memory_rows(self) -> MemoryBackend:
+        """The rows of long-term memory (issue 15) in this database, through this
+        backend's own connections, writer and error translation (open store only).
+        Every backend has it (no fallback)."""
         ...
 
 

@@ -34,6 +34,7 @@ from ..records import (
 if TYPE_CHECKING:
     from ..cache import ViewCache
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
     from .journal import StateJournal
     from .views import ViewReads
 
@@ -88,6 +89,12 @@ class Store(Protocol):
         """Give back what the database library caches in this process (SQLite's page
         caches; the memory governor calls it under memory pressure). Returns how many
         connections released memory (0 for a store that caches nothing here)."""
+        ...
+
+    def memory_rows(self) -> MemoryBackend:
+        """The rows of long-term memory in this store, through the store's own
+        connections (open store only); :class:`~dormant.memory.core.MemoryCore` puts its
+        rules over them. UsageError for a store that holds no memory."""
         ...
 
     async def open(self) -> None:

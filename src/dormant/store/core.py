@@ -50,6 +50,7 @@ from .views import PendingCounts, ViewReads, load_view
 
 if TYPE_CHECKING:
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
 
 _log = logging.getLogger(__name__)
 
@@ -224,6 +225,11 @@ class StoreCore:
         """Free the backend's in-process database caches (memory pressure); how many
         connections released memory. The view cache is the governor's to shrink."""
         return await self.backend.release_memory()
+
+    def memory_rows(self) -> MemoryBackend:
+        """Long-term memory's rows in this store (the backend's; the rules are
+        :class:`~dormant.memory.core.MemoryCore`'s, put over them by the caller)."""
+        return self.backend.memory_rows()
 
     # -- threads ---------------------------------------------------------------------
 

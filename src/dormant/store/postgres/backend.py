@@ -46,6 +46,7 @@ from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
 from .heartbeat import DbClock, Heartbeat
 from .journal import PgJournal
+from .memory import PgMemoryRows, PostgresMemoryBackend, vector_schema
 from .reads import PgReads, PgSliceReader
 from .schema import migrate_schema
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
@@ -90,10 +91,14 @@ class PostgresBackend(BackendDefaults):
         clock: Callable[[], float] | None = None,
         heartbeat_s: float = 1.0,
         dead_after_s: float = 4.0,
+        vectors: bool = True,
     ) -> None:
         check_url(url)
         if pool_size < 1:
             raise UsageError(f"pool_size must be at least 1, not {pool_size}")
+        #: use pgvector for memory's vectors when the server has it (False: text + structure)
+        self.vectors = vectors
+        self._memory: PostgresMemoryBackend | None = None
         self.url = url
         self.pool_size = pool_size
         self.limits = WriterLimits(batch_jobs, batch_bytes, queue_jobs, queue_bytes)
@@ -171,6 +176,7 @@ class PostgresBackend(BackendDefaults):
         conn = await self._connect()
         try:
             self._channels = channels(await migrate_schema(conn, self.url))
+            vectors = await vector_schema(conn) if self.vectors else None
             if self.db_clock is not None:
                 await self.db_clock.sync(conn, samples=3)
             pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
@@ -193,6 +199,8 @@ class PostgresBackend(BackendDefaults):
             await conn.close()
             raise
         self._pool = pool
+        rows = PgMemoryRows(asyncio.get_running_loop(), lambda: self._pool, vectors)
+        self._memory = PostgresMemoryBackend(rows)
         self._writer = Writer(conn, self._connect, self._instance, self._channels, self.limits)
         self._start_listener()
         self.heartbeat.start()
@@ -204,8 +212,16 @@ class PostgresBackend(BackendDefaults):
         if self.listen and self._subscribers and self._writer is not None and self._listener is None:
             self._listener = asyncio.create_task(self._listen_loop(), name="dormant-pg-listener")
 
+    def memory_rows(self) -> PostgresMemoryBackend:
+        """Memory's rows in this database (tables in the store's schema), through the
+        store's pool (see :mod:`.memory`)."""
+        if self._memory is None:
+            raise StoreError("the store is not open")
+        return self._memory
+
     async def close(self) -> None:
         """Let queued writes finish, stop the writer and listener, close connections."""
+        self._memory = None
         if self._writer is None:
             return
         writer = self._writer

@@ -53,6 +53,7 @@ from . import jobs, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
 from .journal import SQLiteJournal
+from .memory import MemoryRows
 from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader
 from .writer import Conn, GroupWriter, Job
@@ -117,6 +118,8 @@ class SQLiteBackend(BackendDefaults):
         self._closing = False
         self._batches = ClaimBatches()
         self.blobs = SQLiteBlobs(self._write, self._read, clock)
+        self.memories = MemoryRows(self._write, self._read)  # long-term memory's rows
+        self.memory_rows = self.memories.rows
         self.journal = SQLiteJournal(self._write, self._query, clock)
         self.journal_rows = self.journal.journal_rows
         self.newest_checkpoint = self.journal.newest_checkpoint
@@ -237,6 +240,7 @@ class SQLiteBackend(BackendDefaults):
             queue_jobs=self.queue_jobs,
             queue_bytes=self.queue_bytes,
         )
+        self.memories.open((self._writer, self._reader))
         await self.blobs.sweep()  # what puts that never finished left more than an hour ago
         await self.recover()  # the leases of workers that died before this open
 
@@ -287,7 +291,7 @@ class SQLiteBackend(BackendDefaults):
             self._executor = None
         for conn in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
             conn.close()
-        self._reader = self._writer = None
+        self._reader = self._writer = None  # memory's rows, on _write and _read, fail from now on
         self._batches.clear()
 
     # -- dead workers (issue 12.7) ----------------------------------------------------
