@@ -52,4 +52,8 @@ class Agent:
         from .builtins import BUILTIN_TOOLS
 
         tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])
+        if self.subject is not None:
+            from .memory_tools import MEMORY_TOOLS
+
+            tools += MEMORY_TOOLS
         object.__setattr__(self, "toolbox", ToolBox(tools))

@@ -45,6 +45,8 @@ from .errors import (
     UsageError,
 )
 from .governor_loop import Governor
+from .loop_memory import LoopMemory, Prepared, SubjectMemory
+from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent, ModelReply, ModelRequest, collect
 from .pages import PagePolicy
@@ -141,6 +143,7 @@ class SliceRunner:
         on_damage: Callable[[SchemaError], None],
         tool_threads: ToolThreads | None = None,
         governor: Governor | None = None,
+        memory: Callable[[], Memory] | None = None,
     ) -> None:
         self.store = store
         self.agents = agents
@@ -169,6 +172,8 @@ class SliceRunner:
             name: self.pages[name].sections(full[name], subject=agent.subject is not None)
             for name, agent in agents.items()
         }
+        #: memory in the loop, for agents with a subject (issue 16); None: no memory here
+        self.loop_memory = LoopMemory(store, memory) if memory is not None else None
         self._counters: dict[str, TokenCounter] = {}
         self._names = frozenset(agents)
         self._store_errors = 0  # slices in a row that the store could not take
@@ -246,9 +251,17 @@ class SliceRunner:
         load = await self.store.load_slice(claim, limits)
         # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
         counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
+        prepared: Prepared | None = None
+        if agent.subject is not None and self.loop_memory is not None:
+            started = time.perf_counter()
+            prepared = await self.loop_memory.prepare(
+                load, agent.subject, self.sections[agent.name], agent.name
+            )
+            self.stats.recall_latency.add(time.perf_counter() - started)
         summary = None
+        found: tuple[facts.Fact, ...] = ()
         if compaction.due(load, limits, self.pages[agent.name].compact_at):
-            load, summary, _found = await self._compact(load, agent, limits, counter)
+            load, summary, found = await self._compact(load, agent, limits, counter)
         turn = Turn(
             load,
             token=claim.token,
@@ -258,14 +271,21 @@ class SliceRunner:
             now=self.clock(),
             summary=summary,
             limits=limits,
+            sections=prepared.sections if prepared is not None else "",
         )
+        handle = prepared.handle if prepared is not None else None
         while turn.wants_model:
             reply = await self._complete(agent, turn.request(), live=True)
             inline = turn.on_reply(reply)
             if inline:
-                turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
+                turn.on_results([await self._inline(call, load.thread, agent, handle) for call in inline])
         plan = turn.plan()
+        if prepared is not None:
+            plan = prepared.finish(plan, found)  # registers in this transaction; memories queued
         await self.store.commit_slice(plan if counter is None else counted(plan, counter))
+        if prepared is not None and self.loop_memory is not None:
+            last_seq = load.thread.last_seq + len(plan.messages)
+            self.stats.memory_write_failures += await self.loop_memory.after_commit(prepared, plan, last_seq)
 
     async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
         """One model call under the model timeout; the reply cleaned. A ``live`` one (a
@@ -349,7 +369,9 @@ class SliceRunner:
         new = compaction.summary(load, index, parsed.summary, tokens, self.clock())
         return compaction.compacted(load, index, new), new, found
 
-    async def _inline(self, call: InlineCall, thread: Thread, agent: Agent) -> InlineResult:
+    async def _inline(
+        self, call: InlineCall, thread: Thread, agent: Agent, memory: SubjectMemory | None = None
+    ) -> InlineResult:
         self.stats.inline_calls += 1
         ctx = ToolContext(
             thread_id=thread.id,
@@ -365,6 +387,7 @@ class SliceRunner:
             max_spawn_depth=agent.max_spawn_depth,  # issue 14: bounded spawn_thread
             max_children=agent.max_children,
             children=call.children,
+            memory=memory,
         )
         started = time.perf_counter()
         logs.bind(call_id=call.call.id)
