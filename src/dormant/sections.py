@@ -23,8 +23,16 @@ PROFILE_HEADER: Final = "[profile: what is known about this user for good]"
 MEMORIES_HEADER: Final = "[memories: from this user's earlier conversations, best first]"
 #: Characters of one line at most (a longer value is clipped with an ellipsis).
 MAX_LINE_CHARS: Final = 400
+#: A line that does not fit is shown cut to the room left when that is at least this many bytes.
+MIN_CLIPPED_BYTES: Final = 64
 #: What joins the summary and the sections (counted in their budgets).
 JOIN: Final = "\n\n"
+
+
+def _cut(line: str, room: int) -> str:
+    """The head of ``line`` that fits ``room`` UTF-8 bytes with an ellipsis."""
+    data = line.encode("utf-8", "surrogatepass")[: max(0, room - 3)]
+    return data.decode("utf-8", "ignore") + "…"
 
 
 def _line(text: str) -> str:
@@ -41,7 +49,11 @@ def _bounded(header: str, lines: Iterable[str], budget: int) -> tuple[str, tuple
     for index, line in enumerate(lines):
         cost = 1 + utf8_len(line)  # its newline
         if used + cost > budget:
-            continue  # a shorter line further down may still fit
+            room = budget - used - 1
+            if room < MIN_CLIPPED_BYTES:
+                continue  # a shorter line further down may still fit
+            line = _cut(line, room)  # the rest of the room: this line's head
+            cost = 1 + utf8_len(line)
         out.append(line)
         shown.append(index)
         used += cost

@@ -177,3 +177,39 @@ async def test_compaction_extracts_facts_and_moves_structured_results_out(tmp_pa
         assert any("T-7" in t for t in texts), "the structured result moved out"
         await say(rt, "b", "how should we contact me", "ios-1")
         assert "prefers email" in shown(requests[-1])
+
+
+async def test_requests_with_full_sections_fit_the_window_as_a_server_counts_it() -> None:
+    """The memories and state sections take their shares of the budget, not more: with
+    long CJK and emoji memories and registers, every request still fits."""
+    from tests.integration.test_prompt_budget import server_count
+
+    requests: list[ModelRequest] = []
+
+    def script(req: ModelRequest) -> ModelReply:
+        requests.append(req)
+        last = req.messages[-1]
+        if last.role == "user" and last.content.startswith("order"):
+            args = json.dumps({"key": "order_id", "value": "数据🙂" * 60})
+            return ModelReply(
+                text="", tool_calls=(ToolCall(id=f"c{next(_ids)}", name="set_state", arguments=args),)
+            )
+        return ModelReply(text="ok " * 50)
+
+    window, output = 4096, 512
+    model = ScriptedModel(script, context_window=window, max_output_tokens=output)
+    subject_agent = Agent(name="a", model=model, subject=SubjectOptions(recall_k=20))
+    async with Runtime(
+        "memory://", [subject_agent], settings=fast_settings(), memory_embedder=HashingEmbedder(64)
+    ) as rt:
+        key = await rt.memory.bind({"phone": PHONE, "device": "ios-1"})
+        for n in range(20):
+            await rt.memory.add(key, f"order {n} note " + "数据モデル🚀 " * 120, tags={"n": n})
+        await say(rt, "t", "order something", "ios-1")
+        for n in range(12):
+            await say(rt, "t", f"order {n} details " + "word " * 150, "ios-1")
+        assert any(MEMORIES_HEADER in shown(r) for r in requests) and any(
+            STATE_HEADER in shown(r) for r in requests
+        )
+        for req in requests:
+            assert server_count(req) <= window - output
