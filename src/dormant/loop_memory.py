@@ -19,6 +19,7 @@ An agent without a subject never reaches this module: no recall, no reads, no co
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ import msgspec
 
 from . import journal, registers, sections
 from .facts import Fact
+from .memory.core import HYBRID, RecallMode
 from .memory.records import MemoryKind, NewMemory, Recall
 from .records import CommitPlan, SliceLoad
 from .store.tenancy import tenant_of
@@ -56,6 +58,8 @@ _KINDS: dict[str, MemoryKind] = {
     "event": "event",
     "profile": "profile",
 }
+#: Automatic recall without vectors (SubjectOptions.recall_vectors False).
+TEXT_ONLY = RecallMode(vector=False)
 #: Tenants whose memory handle is kept.
 MAX_TENANTS = 256
 
@@ -243,7 +247,12 @@ class LoopMemory:
         degraded: tuple[str, ...] = ()
         if options.recall:
             query = " ".join(item.content for item in load.inputs if item.kind != "tool_result")
-            found = await memory.recall([subject], query[-QUERY_CHARS:], k=options.recall_k)
+            mode = HYBRID if options.recall_vectors else TEXT_ONLY
+            # recall and the profile read run at once (each in a worker thread)
+            found, profile_entries = await asyncio.gather(
+                memory.recall([subject], query[-QUERY_CHARS:], k=options.recall_k, mode=mode),
+                profile(memory, subject),
+            )
             degraded = found.degraded
             for hit in found.hits:
                 record = hit.record
@@ -251,7 +260,6 @@ class LoopMemory:
                     continue  # shown in the state section
                 hits.append((record.text, record.tags))
                 recalled.append((record.id, record.subject))
-            profile_entries = await profile(memory, subject)
         turn = regs.turn + user_turns
         live = [(k, v) for k, v in regs.entries if regs.turns.get(k, 0) > turn - options.tsr_turns]
         state_text = sections.state(live, profile_entries, state_budget)

@@ -31,12 +31,17 @@ class SubjectOptions:
     (profile) when a thread sets them. ``recall_k`` is how many memories automatic
     recall asks for; ``recall`` False turns automatic recall off (the tools stay).
     ``tsr_turns`` is how many turns a short-term register entry stays shown.
+    ``recall_vectors`` False makes automatic recall rank by text and structure only
+    (no query embedding, no vector search): measured ~1.7 ms against ~12 ms p50 at
+    100,000 memories on SQLite with the hashing embedder (BENCHMARKS.md), at some
+    cost in recall of paraphrases. The ``recall`` tool always runs hybrid.
     """
 
     identity: tuple[str, ...] = ("phone", "device")
     long_term: frozenset[str] = frozenset()
     recall: bool = True
     recall_k: int = 5
+    recall_vectors: bool = True
     tsr_turns: int = DEFAULT_TSR_TURNS
 
     def __post_init__(self) -> None:
