@@ -1,5 +1,5 @@
 """``dormant gc``: run retention over every thread (bounded rounds) and write the
-state checkpoints that are due."""
+state checkpoints that are due (see :mod:`dormant.retention`)."""
 
 from __future__ import annotations
 
@@ -12,52 +12,62 @@ from .cli_base import StoreOpt, fail, opened_store, out, run_async, settings_for
 from .config import DEFAULT_STORE
 from .errors import DormantError
 from .journal import CheckpointPolicy
-from .retention import FULL_TOOL_CALLS, HEAD_CHARS, RetentionPolicy, gc_round
+from .retention import RetentionPolicy, gc_round
 
 
 def gc(
     store: StoreOpt = DEFAULT_STORE,
     keep_tool_calls: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--keep-tool-calls",
             envvar="DORMANT_RETENTION_TOOL_CALLS",
             min=1,
-            help="Newest tool results per thread kept whole.",
+            help="Newest tool results per thread kept whole [default: 200].",
         ),
-    ] = FULL_TOOL_CALLS,
+    ] = None,
     head_chars: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--head-chars",
             envvar="DORMANT_RETENTION_HEAD_CHARS",
             min=0,
-            help="Characters an older result keeps.",
+            help="Characters an older result keeps [default: 512].",
         ),
-    ] = HEAD_CHARS,
+    ] = None,
 ) -> None:
-    """Cut old tool results to an excerpt (their messages stay) and write due state checkpoints."""
-    policy = RetentionPolicy(full_tool_calls=keep_tool_calls, head_chars=head_chars)
+    """Apply the retention tiers (old tool results cut to an excerpt, old runs of history
+    and state folded, dedup keys past the horizon forgotten) and write due checkpoints.
+
+    The other tiers follow the ``DORMANT_RETENTION_*``, ``DORMANT_DEDUP_HORIZON_S`` and
+    ``DORMANT_CHECKPOINT_*`` variables.
+    """
+    settings = settings_for(store, retention_tool_calls=keep_tool_calls, retention_head_chars=head_chars)
+    policy = RetentionPolicy.from_settings(settings)
+    checkpoints = CheckpointPolicy.from_settings(settings)
 
     async def go() -> None:
-        threads = shrunk = written = 0
-        async with opened_store(settings_for(store)) as st:
-            while True:  # passes over every thread, until one cuts nothing
+        threads = shrunk = deleted = written = 0
+        async with opened_store(settings) as st:
+            while True:  # passes over every thread, until one changes nothing
+                sizes = await st.retention_sizes() if policy.budget_bytes else None
                 cursor: str | None = None
-                cut = 0
+                changed = 0
                 while True:
-                    done = await gc_round(st, policy, CheckpointPolicy(), time.time(), cursor)
+                    done = await gc_round(st, policy, checkpoints, time.time(), cursor, sizes=sizes)
                     threads += done.threads
-                    cut += done.shrunk
+                    changed += done.shrunk + done.deleted
+                    shrunk += done.shrunk
+                    deleted += done.deleted
                     written += done.checkpoints
                     cursor = done.cursor
                     if cursor is None:
                         break
-                shrunk += cut
-                if cut == 0:
+                if changed == 0:
                     break
         out.print(
-            f"gc: {threads} thread visit(s), {shrunk} tool result(s) cut, {written} checkpoint(s) written"
+            f"gc: {threads} thread visit(s), {shrunk} tool result(s) cut, {deleted} row(s) deleted, "
+            f"{written} checkpoint(s) written"
         )
 
     try:

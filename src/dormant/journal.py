@@ -13,13 +13,17 @@ continue it, then replays the change records after the last one applied.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from .errors import InvalidInput
 from .records import JournalEntry, StateChange
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 #: Longest key, in characters.
 MAX_KEY_CHARS = 256
@@ -65,6 +69,22 @@ def validate_changes(changes: Iterable[StateChange]) -> None:
             raise InvalidInput(f"the value of state key {change.key!r} is not JSON: {exc}") from None
     if count > MAX_CHANGES:
         raise InvalidInput(f"a slice may change at most {MAX_CHANGES} state keys")
+
+
+#: Largest state a fork or rewind copies into its new thread, in bytes of keys and values.
+MAX_STATE_BYTES = 16 * 1024 * 1024
+
+
+def validate_state(state: Mapping[str, str]) -> None:
+    """InvalidInput unless every key and value is one a change could set (see
+    :func:`validate_changes`, without its count limit) and all of them together hold at
+    most :data:`MAX_STATE_BYTES`."""
+    total = 0
+    for key, value in state.items():
+        validate_changes([StateChange(op="add", key=key, value=value)])
+        total += len(key.encode()) + len(value.encode())
+    if total > MAX_STATE_BYTES:
+        raise InvalidInput(f"a state of {total} bytes is over the {MAX_STATE_BYTES} bytes a fork copies")
 
 
 def change(key: str, value: object, state: State) -> StateChange:
@@ -139,6 +159,17 @@ class CheckpointPolicy:
     full_increment_bytes: int = 50 * 1024 * 1024
     #: characters per stored body piece
     part_chars: int = 64 * 1024
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CheckpointPolicy:
+        """The policy the ``checkpoint_*`` settings (``DORMANT_CHECKPOINT_*``) describe."""
+        return cls(
+            incremental_runs=settings.checkpoint_incremental_runs,
+            incremental_s=settings.checkpoint_incremental_s,
+            full_runs=settings.checkpoint_full_runs,
+            full_s=settings.checkpoint_full_s,
+            full_increment_bytes=settings.checkpoint_full_increment_bytes,
+        )
 
     def __post_init__(self) -> None:
         if min(self.incremental_runs, self.full_runs, self.part_chars) < 1:

@@ -265,6 +265,10 @@ class JournalEntry(msgspec.Struct, frozen=True, kw_only=True):
     digest: str | None = None
     recoverable: bool = False
     created_at: float = 0.0
+    #: the thread's message seq when the entry was written (its ``last_seq`` after the
+    #: slice that wrote a change record; what a checkpoint's state goes with): where
+    #: :meth:`~dormant.runtime.Runtime.fork` and ``rewind`` branch the history
+    msg_seq: int = 0
 
 
 class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -357,6 +361,27 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: the most: a worker claims only its agents' threads, so an agent no running worker
     #: hosts shows here while its threads wait
     ready_by_agent: dict[str, int] = {}
+
+
+class TierSizes(msgspec.Struct, frozen=True, kw_only=True):
+    """Bytes each retention tier takes in the store (see :mod:`dormant.retention`)."""
+
+    #: tool results kept whole
+    tool_full: int = 0
+    #: tool results cut to an excerpt by retention
+    tool_excerpt: int = 0
+    #: every other message
+    history: int = 0
+    #: the state journal: change records, checkpoint headers and bodies
+    journal: int = 0
+    #: blobs (large tool outputs)
+    blobs: int = 0
+    #: dedup keys (kept for the dedup horizon)
+    dedup_keys: int = 0
+
+    def items(self) -> list[tuple[str, int]]:
+        """``(tier name, bytes)`` for every tier."""
+        return [(name, getattr(self, name)) for name in self.__struct_fields__]
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):

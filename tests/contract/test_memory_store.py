@@ -422,6 +422,11 @@ def test_postgres_memory_is_the_stores_own_tables_and_pool(request: pytest.Fixtu
         }
         assert schema is not None and "memory_records" in tables and "memory_schema" not in tables
         assert conn.execute("SELECT count(*) FROM memory_records").fetchone() == (1,)
+        # the extension lives in public: the store's schema stays dumpable and droppable alone
+        assert conn.execute(
+            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'"
+        ).fetchone() == ("public",)
         assert conn.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
             "AND table_name = 'memory_records' AND column_name = 'embedding'"

@@ -445,6 +445,13 @@ def retention(
     keep: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_KEEP")] = 200,
     every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_GC_EVERY")] = 50,
     sample_every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_SAMPLE_EVERY")] = 100,
+    turn_s: Annotated[
+        float, typer.Option(min=0.001, envvar="DORMANT_BENCH_TURN_S", help="Simulated seconds per turn.")
+    ] = 60.0,
+    horizon_s: Annotated[
+        float,
+        typer.Option(min=1, envvar="DORMANT_BENCH_HORIZON_S", help="Dedup horizon (simulated seconds)."),
+    ] = 3600.0,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/retention"),
 ) -> None:
     """Store size over TURNS tool turns of one agent (OUTPUT_KB KB outputs), without and with retention."""
@@ -453,6 +460,15 @@ def retention(
     from .retention import bench
 
     summary = asyncio.run(
-        bench(out, turns=turns, output_kb=output_kb, keep=keep, every=every, sample_every=sample_every)
+        bench(
+            out,
+            turns=turns,
+            output_kb=output_kb,
+            keep=keep,
+            every=every,
+            sample_every=sample_every,
+            turn_s=turn_s,
+            horizon_s=horizon_s,
+        )
     )
     Console().print_json(json.dumps(summary))

@@ -3,22 +3,27 @@ without retention and with it (a :func:`dormant.retention.gc_round` every few tu
 
 A turn is what one agent turn commits, through the store's own slice operations: a
 user input, a slice whose reply calls a tool, the tool's result (OUTPUT_KB of text)
-and a slice that consumes it and replies. The store is a SQLite file; its size is
-``page_count x page_size`` minus free pages (what the data takes). Written: one CSV
-row per sample and ``summary.json`` per mode, in OUT.
+and a slice that consumes it and replies; every ``every`` turns that last slice also
+writes a compaction summary of the history before it, as the runtime's compaction
+does once a thread's history passes its view budget. Time is simulated: a turn takes
+``turn_s`` seconds of the store's clock, so the dedup horizon (``horizon_s``) passes
+within the run. The store is a SQLite file; its size is ``page_count x page_size``
+minus free pages (what the data takes). Written: one CSV row per sample and
+``summary.json`` per mode, in OUT.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import apsw
 
-from ..records import CommitPlan, Message, NewCall, NewInput, ToolCall, ViewLimits
+from ..records import CommitPlan, Message, NewCall, NewInput, Summary, ToolCall, ViewLimits
 from ..retention import RetentionPolicy, gc_round
 from ..slice import input_message
 from ..store.sqlite import SQLiteStore
@@ -51,8 +56,21 @@ def sizes(path: Path) -> tuple[int, int]:
     return (pages - free) * page, pages * page
 
 
-async def slice_once(store: SQLiteStore, reply: str, calls: tuple[NewCall, ...]) -> None:
-    """Claim the thread, turn its inputs into messages, reply (with ``calls``), commit."""
+class SimClock:
+    """The store's clock: moved by hand, a turn at a time."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def slice_once(
+    store: SQLiteStore, reply: str, calls: tuple[NewCall, ...], *, summarize: bool = False
+) -> None:
+    """Claim the thread, turn its inputs into messages, reply (with ``calls``), commit;
+    with ``summarize``, a summary of the history stored before this slice too."""
     claims = await store.claim_threads("bench", 1, 60.0)
     if not claims:
         raise RuntimeError("the bench thread is not ready")
@@ -65,6 +83,14 @@ async def slice_once(store: SQLiteStore, reply: str, calls: tuple[NewCall, ...])
     tool_calls = tuple(ToolCall(id=c.call_id, name=c.tool, arguments=c.arguments) for c in calls)
     messages.append(Message(seq=seq + 1, role="assistant", content=reply, tool_calls=tool_calls))
     awaiting = max(0, load.thread.awaiting - sum(i.kind == "tool_result" for i in load.inputs)) + len(calls)
+    last = load.thread.last_seq
+    summary = (
+        Summary(
+            thread_id=THREAD, upto_seq=last, content="s" * 200, tokens=50, covered_tokens=0, made_at_seq=last
+        )
+        if summarize and last > load.thread.summary_seq
+        else None
+    )
     plan = CommitPlan(
         thread_id=THREAD,
         token=claims[0].token,
@@ -73,35 +99,50 @@ async def slice_once(store: SQLiteStore, reply: str, calls: tuple[NewCall, ...])
         calls=calls,
         awaiting=awaiting,
         runs=sum(i.kind == "user" for i in load.inputs),
+        summary=summary,
     )
     await store.commit_slice(plan)
 
 
 async def run_mode(
-    out: Path, *, retention: bool, turns: int, output_kb: int, keep: int, every: int, sample_every: int
+    out: Path,
+    *,
+    retention: bool,
+    turns: int,
+    output_kb: int,
+    keep: int,
+    every: int,
+    sample_every: int,
+    turn_s: float = 60.0,
+    horizon_s: float = 3600.0,
 ) -> list[Sample]:
     """Run ``turns`` turns on a fresh store; samples every ``sample_every`` turns."""
     mode = "retention" if retention else "none"
     path = out / f"{mode}.db"
-    for stale in out.glob(f"{mode}.db*"):
-        stale.unlink()
-    store = SQLiteStore(f"sqlite:///{path}", max_input_bytes=max(1, output_kb + 1) * 1024)
-    policy = RetentionPolicy(full_tool_calls=keep)
+    for stale in out.glob(f"{mode}.db*"):  # the file, its WAL, its workers' lock directory
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink()
+    clock = SimClock()
+    store = SQLiteStore(f"sqlite:///{path}", max_input_bytes=max(1, output_kb + 1) * 1024, clock=clock)
+    policy = RetentionPolicy(full_tool_calls=keep, dedup_horizon_s=horizon_s, per_round=max(500, 4 * every))
     body = ("0123456789abcdef" * 64 * output_kb)[: output_kb * 1024]
     samples: list[Sample] = []
     start = time.perf_counter()
     await store.open()
     try:
         for turn in range(1, turns + 1):
+            clock.now += turn_s
             await store.admit(
                 [NewInput(thread_id=THREAD, kind="user", dedup_key=f"u{turn}", content="go", agent="a")]
             )
             call_id = f"call{turn}"
             await slice_once(store, "", (NewCall(call_id=call_id, tool="fetch", arguments="{}"),))
             await store.complete_call(THREAD, call_id, f"result {turn}\n{body}")
-            await slice_once(store, "done", ())
+            await slice_once(store, "done", (), summarize=turn % every == 0)
             if retention and turn % every == 0:
-                await gc_round(store, policy, None, time.time())
+                await gc_round(store, policy, None, clock.now)
             if turn % sample_every == 0 or turn == turns:
                 await store.close()  # checkpoint the WAL so the file is the data
                 data, size = sizes(path)
@@ -113,7 +154,15 @@ async def run_mode(
 
 
 async def bench(
-    out: Path, *, turns: int, output_kb: int, keep: int, every: int, sample_every: int
+    out: Path,
+    *,
+    turns: int,
+    output_kb: int,
+    keep: int,
+    every: int,
+    sample_every: int,
+    turn_s: float = 60.0,
+    horizon_s: float = 3600.0,
 ) -> dict[str, object]:
     """Both modes; writes ``samples.csv`` and ``summary.json``; the summary."""
     out.mkdir(parents=True, exist_ok=True)
@@ -123,6 +172,8 @@ async def bench(
         "output_kb": output_kb,
         "keep_tool_calls": keep,
         "gc_every_turns": every,
+        "simulated_seconds_per_turn": turn_s,
+        "dedup_horizon_s": horizon_s,
     }
     for retention in (False, True):
         got = await run_mode(
@@ -133,6 +184,8 @@ async def bench(
             keep=keep,
             every=every,
             sample_every=sample_every,
+            turn_s=turn_s,
+            horizon_s=horizon_s,
         )
         samples.extend(got)
         half = min(got, key=lambda s: abs(s.turn - turns / 2))

@@ -30,7 +30,7 @@ from :class:`BackendDefaults` (so no caller probes with ``getattr``):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -51,6 +51,7 @@ from ..records import (
     Summary,
     Tenant,
     Thread,
+    TierSizes,
 )
 
 if TYPE_CHECKING:
@@ -277,11 +278,11 @@ class Backend(Protocol):
         ...
 
     async def begin_checkpoint(
-        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str
+        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str, msg_seq: int = 0
     ) -> JournalEntry:
         """Append a checkpoint header (seq after the journal's newest, ``run`` the
-        thread's runs, not recoverable), one transaction; the stored entry. NotFound
-        if the thread is missing."""
+        thread's runs, ``msg_seq`` the message seq its state goes with, not recoverable),
+        one transaction; the stored entry. NotFound if the thread is missing."""
         ...
 
     async def put_checkpoint_parts(self, thread_id: str, seq: int, first: int, parts: Sequence[str]) -> None:
@@ -307,7 +308,75 @@ class Backend(Protocol):
         first, among those before its ``keep`` (>= 1) newest tool results, to their first
         ``head_chars`` characters followed by ``note`` (token count cleared: views
         estimate it); messages already that short are left. The messages stay (every
-        call keeps its one result). One transaction; how many were cut."""
+        call keeps its one result). The thread's refs to blobs that a cut result showed
+        and no whole one still shows are dropped, and the blobs no thread refers to any
+        more deleted. One transaction; how many were cut."""
+        ...
+
+    async def prune_history(
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+    ) -> int:
+        """Delete the thread's oldest messages: those before its ``keep_runs``-th newest
+        user message (a run's start: no call is open there), before the run of its
+        oldest whole tool result (the ``keep_tool_calls``-th newest tool result, or the
+        oldest if it has fewer) and covered by its summary (seq <= ``summary_seq``);
+        nothing in a thread that has children. Whole runs at a
+        time, as many as fit in ``limit`` messages (at least one), so no call is parted
+        from its result. Blob refs are released as by :meth:`shrink_tool_results`
+        (``note``: what a cut result ends with). One transaction; how many were deleted."""
+        ...
+
+    async def prune_dedup_keys(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` dedup keys admitted before ``before``, oldest first,
+        except those whose input is still pending or that an outbox entry names. One
+        transaction; how many."""
+        ...
+
+    async def drop_superseded(self, thread_id: str, upto_run: int, limit: int) -> int:
+        """Delete up to ``limit`` change records of runs <= ``upto_run`` that a later
+        change of the same key in the same run supersedes (one transaction); how many."""
+        ...
+
+    async def last_change_of_run(self, thread_id: str, upto_run: int) -> int | None:
+        """The seq of the newest change record of runs <= ``upto_run`` (None: none)."""
+        ...
+
+    async def full_checkpoint_upto(self, thread_id: str, upto: int) -> JournalEntry | None:
+        """The newest recoverable full checkpoint whose ``upto`` is <= ``upto``."""
+        ...
+
+    async def fold_journal(self, thread_id: str, upto: int, before: int, limit: int) -> int:
+        """Delete up to ``limit`` change records with seq <= ``upto`` and checkpoint
+        headers with seq < ``before``, and the body pieces of headers that are gone (one
+        transaction); rows deleted."""
+        ...
+
+    async def journal_seq_at(self, thread_id: str, msg_seq: int) -> int:
+        """The seq of the newest change record written when the thread's last message seq
+        was <= ``msg_seq`` (0: none)."""
+        ...
+
+    async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
+        """Insert thread ``new_id`` of ``source``'s agent, child of ``source`` at
+        ``at_seq`` (its views read ``source``'s history up to there), with one ``add``
+        change record per ``state`` key (seqs 1.., run 0); one transaction; the stored
+        row. NotFound if ``source`` is missing, UsageError if ``new_id`` exists."""
+        ...
+
+    async def tier_sizes(self, note: str) -> TierSizes:
+        """Bytes each retention tier takes (``note``: what a cut tool result ends with)."""
+        ...
+
+    async def journal_totals(self) -> tuple[float | None, int, int, int, int]:
+        """The newest recoverable checkpoint's creation time (None: none) and bytes; the
+        bytes of each thread's newest recoverable full checkpoint, of the recoverable
+        increments after them, and the count of change records after each thread's
+        newest recoverable checkpoint."""
+        ...
+
+    async def oldest_ready_at(self, now: float) -> float | None:
+        """The admission time of the oldest pending input that its (active) thread may
+        consume at ``now`` (None: none)."""
         ...
 
     # -- blobs -----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -23,7 +23,7 @@ from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
 from ..errors import InvalidInput, NotFound, StoreError, Unauthenticated, UsageError
-from ..journal import validate_changes
+from ..journal import validate_changes, validate_state
 from ..records import (
     Admission,
     ApiKey,
@@ -40,6 +40,7 @@ from ..records import (
     StoreStatus,
     Tenant,
     Thread,
+    TierSizes,
     ViewLimits,
 )
 from . import keys
@@ -442,6 +443,48 @@ class StoreCore:
         if cut:
             self.views.discard(thread_id)
         return cut
+
+    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
+        """Delete the thread's oldest runs that its summary covers, keeping its
+        ``keep_runs`` newest and those of its ``keep_tool_calls`` newest tool results
+        (see :meth:`Backend.prune_history`); how many messages."""
+        if min(keep_runs, keep_tool_calls, limit) < 1:
+            raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
+        deleted = await self.backend.prune_history(
+            thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit
+        )
+        if deleted:
+            self.views.discard(thread_id)
+        return deleted
+
+    async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
+        """Forget up to ``limit`` dedup keys admitted before ``before`` (their inputs
+        consumed): a redelivery of one is admitted again; how many."""
+        if limit < 1:
+            raise UsageError("limit must be >= 1")
+        return await self.backend.prune_dedup_keys(before, limit)
+
+    async def retention_sizes(self) -> TierSizes:
+        """Bytes each retention tier takes (reads every message: for metrics and budgets, not per slice)."""
+        return await self.backend.tier_sizes(RETENTION_NOTE)
+
+    async def oldest_ready_at(self) -> float | None:
+        """When the oldest input a thread could consume now was admitted (None: none)."""
+        return await self.backend.oldest_ready_at(self.clock())
+
+    async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
+        """A new thread branching from ``source`` after its message ``at_seq`` (its views
+        read ``source``'s history up to there, which stays as it is), with key/value
+        ``state`` (JSON text values) journaled; one transaction. NotFound if ``source`` is
+        missing, UsageError if ``new_id`` exists or ``at_seq`` is not in 0..last_seq,
+        InvalidInput for a bad id or state."""
+        thread = await self.get_thread(source)
+        if not 0 <= at_seq <= thread.last_seq:
+            raise UsageError(f"at_seq must be in 0..{thread.last_seq}, not {at_seq}")
+        if not new_id or len(new_id.encode()) > inbox.MAX_THREAD_ID_BYTES:
+            raise InvalidInput(f"thread id must be 1..{inbox.MAX_THREAD_ID_BYTES} bytes")
+        validate_state(state)
+        return await self.backend.fork_thread(source, new_id, at_seq, state)
 
     # -- blobs -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import journal
-from ..errors import NotFound, StoreError
+from ..errors import NotFound, StoreError, UsageError
 from ..records import JournalEntry, Page
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
@@ -38,6 +38,8 @@ class Recovered:
     increments: int
     increment_bytes: int
     replayed: int
+    #: the thread's message seq the state goes with (that of the last entry applied)
+    msg_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class StateJournal:
         state: journal.State = journal.decode_full(await self._body(full)) if full else {}
         upto = full.upto if full else 0
         base = full.seq if full else 0
+        msg_seq = full.msg_seq if full else 0
         increments = increment_bytes = 0
         after = base
         while True:
@@ -102,7 +105,7 @@ class StateJournal:
                 if body.base != base:
                     continue  # not a continuation of the chain applied so far
                 journal.apply_delta(state, body.changes)
-                upto, base = head.upto, head.seq
+                upto, base, msg_seq = head.upto, head.seq, head.msg_seq
                 increments += 1
                 increment_bytes += head.size
             if len(heads) < 64:
@@ -119,21 +122,32 @@ class StateJournal:
                 if row.kind in ("add", "update", "delete") and row.key is not None:
                     journal.apply(state, row)
                     delta[row.key] = row.value if row.kind != "delete" else None
-                    upto = row.seq
+                    upto, msg_seq = row.seq, row.msg_seq
                     replayed += 1
             if len(rows) < READ_PAGE:
                 break
-        return Recovered(state, upto, base, delta, full, increments, increment_bytes, replayed)
+        return Recovered(state, upto, base, delta, full, increments, increment_bytes, replayed, msg_seq)
 
     async def state_at(self, thread_id: str, at_seq: int) -> journal.State:
-        """The thread's state as it was at journal seq ``at_seq`` (time travel: a
-        replay of the change records up to it; the journal is never rewritten)."""
-        state: journal.State = {}
-        cursor = 0
+        """The thread's state as it was at journal seq ``at_seq`` (time travel: the newest
+        recoverable full checkpoint covering no more than that, then a replay of the
+        change records up to it; the journal is never rewritten).
+
+        Exact within the run tiers retention keeps whole; in older runs it is exact at
+        each run's end (retention keeps the last change of each key per run). UsageError
+        when the change records up to ``at_seq`` were folded into a later checkpoint.
+        """
+        full = await self.backend.full_checkpoint_upto(thread_id, at_seq)
+        state: journal.State = journal.decode_full(await self._body(full)) if full else {}
+        cursor = full.upto if full else 0
+        first = True
         while cursor < at_seq:
             rows = await self.backend.journal_rows(thread_id, cursor, READ_PAGE)
             if rows is None:
                 raise NotFound(f"no thread {thread_id!r}")
+            if first and full is None:
+                await self._check_not_folded(thread_id, at_seq, rows)
+                first = False
             for row in rows:
                 if row.seq > at_seq:
                     return state
@@ -142,6 +156,46 @@ class StateJournal:
                 break
             cursor = rows[-1].seq
         return state
+
+    async def _check_not_folded(self, thread_id: str, at_seq: int, rows: list[JournalEntry]) -> None:
+        """UsageError if the records before ``at_seq`` were folded: the oldest full
+        checkpoint covers past ``at_seq`` and no change record it covers is left."""
+        heads = await self.backend.checkpoints_after(thread_id, 0, 1)
+        oldest = heads[0] if heads and heads[0].kind == "full" else None
+        if oldest is not None and at_seq < oldest.upto and (not rows or rows[0].seq > oldest.upto):
+            raise UsageError(
+                f"the state of thread {thread_id!r} before journal seq {oldest.upto} was folded "
+                "into a checkpoint by retention"
+            )
+
+    async def state_at_message(self, thread_id: str, msg_seq: int) -> journal.State:
+        """The thread's state as it was when its last message seq was ``msg_seq``."""
+        at = await self.backend.journal_seq_at(thread_id, msg_seq)
+        return await self.state_at(thread_id, at) if at else {}
+
+    async def apply_tiers(self, thread_id: str, *, full_runs: int, metric_runs: int, limit: int) -> int:
+        """Retention of the journal (see :mod:`dormant.retention`): change records of runs
+        before the newest ``full_runs`` keep only the last change of each key per run;
+        those of runs before the ``metric_runs`` after them are folded into the newest
+        recoverable full checkpoint that covers them (with every older checkpoint). At
+        most about ``limit`` rows per step; rows deleted."""
+        runs = await self.backend.thread_runs(thread_id)
+        if runs is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        past_full = runs - full_runs
+        if past_full < 1:
+            return 0
+        deleted = await self.backend.drop_superseded(thread_id, past_full, limit)
+        past_metric = past_full - metric_runs
+        if past_metric < 1:
+            return deleted
+        boundary = await self.backend.last_change_of_run(thread_id, past_metric)
+        if boundary is None:
+            return deleted
+        full = await self.backend.full_checkpoint_upto(thread_id, boundary)
+        if full is None:
+            return deleted  # nothing covers them yet: a full checkpoint comes every full_runs runs
+        return deleted + await self.backend.fold_journal(thread_id, full.upto, full.seq, limit)
 
     async def checkpoint(self, thread_id: str, kind: str, part_chars: int = 64 * 1024) -> JournalEntry | None:
         """Write a checkpoint of ``kind`` (``full`` or ``incremental``) and mark it
@@ -160,7 +214,7 @@ class StateJournal:
         )
         pieces = journal.split(body, part_chars)
         head = await self.backend.begin_checkpoint(
-            thread_id, kind, got.upto, len(pieces), len(body.encode()), journal.digest(body)
+            thread_id, kind, got.upto, len(pieces), len(body.encode()), journal.digest(body), got.msg_seq
         )
         for first in range(0, len(pieces), 16):
             await self.backend.put_checkpoint_parts(thread_id, head.seq, first, pieces[first : first + 16])
@@ -208,3 +262,30 @@ class StateJournal:
             pending_changes=got.replayed,
             recovery_s=journal.recovery_seconds(full_bytes, got.increment_bytes, got.replayed),
         )
+
+    async def totals(self, now: float) -> JournalFigures:
+        """The same figures for the whole store: the newest checkpoint's age and size, and
+        the estimated time to recover every thread's state (what the metrics exporter
+        shows; a few aggregate queries over the checkpoint headers and change records)."""
+        at, size, full_bytes, increment_bytes, changes = await self.backend.journal_totals()
+        return JournalFigures(
+            last_checkpoint_age_s=None if at is None else max(0.0, now - at),
+            last_checkpoint_bytes=size,
+            full_bytes=full_bytes,
+            increment_bytes=increment_bytes,
+            pending_changes=changes,
+            recovery_s=journal.recovery_seconds(full_bytes, increment_bytes, changes),
+        )
+
+    async def checkpoint_state(self, thread_id: str, seq: int) -> tuple[JournalEntry, journal.State]:
+        """The recoverable checkpoint at journal seq ``seq`` and the state it holds
+        (UsageError if that entry is not one; NotFound if the thread is missing)."""
+        rows = await self.backend.journal_rows(thread_id, seq - 1, 1)
+        if rows is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        head = rows[0] if rows and rows[0].seq == seq else None
+        if head is None or head.kind not in ("full", "incremental") or not head.recoverable:
+            raise UsageError(f"journal seq {seq} of thread {thread_id!r} is not a recoverable checkpoint")
+        if head.kind == "full":
+            return head, journal.decode_full(await self._body(head))
+        return head, await self.state_at(thread_id, head.upto)

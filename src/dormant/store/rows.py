@@ -38,7 +38,9 @@ OUTBOX_COLS = (
     "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
     "lease_token, last_error, created_at"
 )
-JOURNAL_COLS = "thread_id, seq, kind, key, value, run, upto, parts, size, digest, recoverable, created_at"
+JOURNAL_COLS = (
+    "thread_id, seq, kind, key, value, run, upto, parts, size, digest, recoverable, created_at, msg_seq"
+)
 THREAD_WIDTH = THREAD_COLS.count(",") + 1
 #: Tables whose rows belong to a thread (``thread_id``), deleted with it.
 THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries", "state_journal", "state_parts")
@@ -168,4 +170,5 @@ def row_journal(row: Sequence[Any]) -> JournalEntry:
         digest=row[9],
         recoverable=bool(row[10]),
         created_at=row[11],
+        msg_seq=row[12],
     )

@@ -48,6 +48,7 @@ from .heartbeat import DbClock, Heartbeat
 from .journal import PgJournal
 from .memory import PgMemoryRows, PostgresMemoryBackend, vector_schema
 from .reads import PgReads, PgSliceReader
+from .retention import PgRetention
 from .schema import migrate_schema
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
 
@@ -134,7 +135,20 @@ class PostgresBackend(BackendDefaults):
         self.put_checkpoint_parts = self.journal.put_checkpoint_parts
         self.checkpoint_parts = self.journal.checkpoint_parts
         self.mark_recoverable = self.journal.mark_recoverable
-        self.shrink_tool_results = self.journal.shrink_tool_results
+        self.retention = PgRetention(self.reads, self._reads, self._write, self.clock, lock_timeout_s)
+        r = self.retention
+        self.shrink_tool_results = r.shrink_tool_results
+        self.prune_history = r.prune_history
+        self.prune_dedup_keys = r.prune_dedup_keys
+        self.drop_superseded = r.drop_superseded
+        self.last_change_of_run = r.last_change_of_run
+        self.full_checkpoint_upto = r.full_checkpoint_upto
+        self.fold_journal = r.fold_journal
+        self.journal_seq_at = r.journal_seq_at
+        self.fork_thread = r.fork_thread
+        self.tier_sizes = r.tier_sizes
+        self.journal_totals = r.journal_totals
+        self.oldest_ready_at = r.oldest_ready_at
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._writer: Writer | None = None  # None while closed

@@ -49,7 +49,7 @@ class PgJournal:
         return int(rows[0][0]) if rows else None
 
     async def begin_checkpoint(
-        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str
+        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str, msg_seq: int = 0
     ) -> JournalEntry:
         """Insert a checkpoint header (not recoverable)."""
         params = {
@@ -60,6 +60,7 @@ class PgJournal:
             "size": size,
             "digest": digest,
             "now": self.clock(),
+            "msg_seq": msg_seq,
         }
 
         def decode(rows: Rows, count: int) -> JournalEntry:
@@ -85,13 +86,4 @@ class PgJournal:
         """Mark checkpoint ``seq`` recoverable if all its parts are stored."""
         job = Job(sql.MARK_RECOVERABLE, {"id": thread_id, "seq": seq}, lambda rows, count: count == 1)
         result: bool = await self.write(job, 256)
-        return result
-
-    async def shrink_tool_results(
-        self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
-    ) -> int:
-        """Cut old tool results to their head and ``note``; how many were cut."""
-        params = {"id": thread_id, "keep": keep, "head": head_chars, "note": note, "limit": limit}
-        job = Job(sql.SHRINK_TOOL_RESULTS, params, lambda rows, count: count, threads=(thread_id,))
-        result: int = await self.write(job, 256)
         return result

@@ -31,7 +31,8 @@ VECTOR_SCHEMA = (
     "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
     "WHERE e.extname = 'vector'"
 )
-CREATE_VECTOR = "CREATE EXTENSION IF NOT EXISTS vector"
+#: in public, never in the store's schema (the schema must stay dumpable and droppable alone)
+CREATE_VECTOR = "CREATE EXTENSION IF NOT EXISTS vector SCHEMA public"
 #: appends the extension's schema (%s) to this transaction's search path
 SEARCH_PATH = (
     "SELECT set_config('search_path', current_setting('search_path') || ', ' || quote_ident(%s), true)"

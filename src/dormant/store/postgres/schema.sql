@@ -71,13 +71,17 @@ CREATE TABLE inputs (
 ) WITH (autovacuum_vacuum_scale_factor = 0.01);
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
--- Every dedup key ever admitted, for ever: a repeated (thread, key) is a duplicate.
+-- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
+-- input was consumed): a repeated (thread, key) is a duplicate.
 CREATE TABLE input_keys (
-    thread_id text COLLATE "C" NOT NULL,
-    dedup_key text COLLATE "C" NOT NULL,
-    input_id  bigint NOT NULL,
+    thread_id   text COLLATE "C" NOT NULL,
+    dedup_key   text COLLATE "C" NOT NULL,
+    input_id    bigint NOT NULL,
+    -- when its input was admitted: retention prunes keys past the dedup horizon
+    admitted_at double precision NOT NULL DEFAULT 0,
     PRIMARY KEY (thread_id, dedup_key)
 );
+CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
 
 CREATE TABLE messages (
     thread_id    text COLLATE "C" NOT NULL REFERENCES threads (id),
@@ -185,10 +189,13 @@ CREATE TABLE state_journal (
     digest      text,
     recoverable boolean NOT NULL DEFAULT false,
     created_at  double precision NOT NULL,
+    -- the thread's last message seq when written (fork and rewind branch there)
+    msg_seq     bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (thread_id, seq)
 );
 CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
     WHERE kind IN ('full', 'incremental');
+CREATE INDEX state_journal_keys ON state_journal (thread_id, key, seq) WHERE key IS NOT NULL;
 CREATE TABLE state_parts (
     thread_id text COLLATE "C" NOT NULL,
     seq       bigint NOT NULL,
@@ -216,8 +223,8 @@ BEGIN
     END IF;
     -- the key row first: a concurrent admission of the same key waits here, then
     -- sees a conflict and reads the winner's id below (each statement has a new snapshot)
-    INSERT INTO input_keys AS k (thread_id, dedup_key, input_id)
-    VALUES (p_thread, p_key, nextval('input_ids'))
+    INSERT INTO input_keys AS k (thread_id, dedup_key, input_id, admitted_at)
+    VALUES (p_thread, p_key, nextval('input_ids'), p_now)
     ON CONFLICT DO NOTHING
     RETURNING k.input_id INTO r_input_id;
     IF r_input_id IS NULL THEN
@@ -363,12 +370,12 @@ BEGIN
     WHERE t.id = v_thread;
     IF jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN
         -- state change records, numbered after the journal's newest (the thread row is locked)
-        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at)
+        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
         SELECT v_thread,
                (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
-               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value',
-               (SELECT t.runs FROM threads t WHERE t.id = v_thread), p_now
-        FROM jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n);
+               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value', t.runs, p_now, t.last_seq
+        FROM threads t, jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n)
+        WHERE t.id = v_thread;
     END IF;
     IF jsonb_array_length(p_plan -> 'admissions') > 0 THEN
         PERFORM 1 FROM dormant_admit(p_plan -> 'admissions', p_sort_keys, p_now);

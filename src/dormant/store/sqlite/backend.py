@@ -56,6 +56,7 @@ from .journal import SQLiteJournal
 from .memory import MemoryRows
 from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader
+from .retention import SQLiteRetention
 from .writer import Conn, GroupWriter, Job
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ RECOVER_EVERY_S = 0.25
 log = logging.getLogger("dormant.store")
 
 
-class SQLiteBackend(BackendDefaults):
+class SQLiteBackend(SQLiteRetention, BackendDefaults):
     """The embedded default backend (``sqlite:///path``) and the in-RAM baseline (``memory://``)."""
 
     def __init__(
@@ -129,7 +130,6 @@ class SQLiteBackend(BackendDefaults):
         self.put_checkpoint_parts = self.journal.put_checkpoint_parts
         self.checkpoint_parts = self.journal.checkpoint_parts
         self.mark_recoverable = self.journal.mark_recoverable
-        self.shrink_tool_results = self.journal.shrink_tool_results
         # the lock files that prove workers of this file alive (files only)
         self._locks = WorkerLocks(self._path) if self._path is not None else None
         self._next_recovery = 0.0

@@ -76,7 +76,7 @@ def admit_one(conn: Conn, item: NewInput, now: float) -> Admission:
         raise
     input_id = conn.last_insert_rowid()
     # the dedup key decides; a duplicate (rare) takes its just-inserted row back out
-    conn.execute(sql.INSERT_INPUT_KEY, (item.thread_id, item.dedup_key, input_id))
+    conn.execute(sql.INSERT_INPUT_KEY, (item.thread_id, item.dedup_key, input_id, now))
     if conn.changes() == 0:
         conn.execute(sql.DELETE_INPUT, (input_id,))
         known = conn.execute(sql.INPUT_OF_KEY, (item.thread_id, item.dedup_key)).fetchone()
@@ -168,10 +168,13 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
         )
     if plan.state:
         top = conn.execute(sql.JOURNAL_TOP, (plan.thread_id,)).fetchone()[0]
-        run = conn.execute(sql.THREAD_RUNS, (plan.thread_id,)).fetchone()[0]
+        run, last = conn.execute(sql.THREAD_RUNS_SEQ, (plan.thread_id,)).fetchone()
         conn.executemany(
             sql.INSERT_CHANGE,
-            [(plan.thread_id, top + 1 + n, c.op, c.key, c.value, run, now) for n, c in enumerate(plan.state)],
+            [
+                (plan.thread_id, top + 1 + n, c.op, c.key, c.value, run, now, last)
+                for n, c in enumerate(plan.state)
+            ],
         )
     for child in plan.threads:
         if not insert_thread(conn, child.id, child.agent, now, (child.parent_id, child.parent_seq)):

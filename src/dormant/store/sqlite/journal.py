@@ -45,7 +45,7 @@ class SQLiteJournal:
         return int(rows[0][0]) if rows else None
 
     async def begin_checkpoint(
-        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str
+        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str, msg_seq: int = 0
     ) -> JournalEntry:
         """Insert a checkpoint header (not recoverable)."""
         now = self.clock()
@@ -54,7 +54,7 @@ class SQLiteJournal:
             if conn.execute(sql.THREAD_EXISTS, (thread_id,)).fetchone() is None:
                 raise NotFound(f"no thread {thread_id!r}")
             row = conn.execute(
-                sql.INSERT_CHECKPOINT, (thread_id, kind, upto, parts, size, digest, now)
+                sql.INSERT_CHECKPOINT, (thread_id, kind, upto, parts, size, digest, now, msg_seq)
             ).fetchone()
             return row_journal(row)
 
@@ -82,16 +82,4 @@ class SQLiteJournal:
             return bool(conn.changes())
 
         result: bool = await self.write(job, 256)
-        return result
-
-    async def shrink_tool_results(
-        self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
-    ) -> int:
-        """Cut old tool results to their head and ``note``; how many were cut."""
-
-        def job(conn: Conn) -> int:
-            conn.execute(sql.SHRINK_TOOL_RESULTS, (thread_id, keep, head_chars, note, limit))
-            return int(conn.changes())
-
-        result: int = await self.write(job, 256)
         return result

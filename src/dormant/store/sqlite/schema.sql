@@ -59,13 +59,16 @@ CREATE TABLE inputs (
 );
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
--- Every dedup key ever admitted, for ever: a repeated (thread, key) is a duplicate.
+-- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
+-- input was consumed): a repeated (thread, key) is a duplicate.
 CREATE TABLE input_keys (
-    thread_id TEXT NOT NULL,
-    dedup_key TEXT NOT NULL,
-    input_id  INTEGER NOT NULL,
+    thread_id   TEXT NOT NULL,
+    dedup_key   TEXT NOT NULL,
+    input_id    INTEGER NOT NULL,
+    admitted_at REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (thread_id, dedup_key)
 ) WITHOUT ROWID;
+CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
 
 -- A rowid table: rows are appended in commit order, so pages stay full although
 -- threads interleave; the (thread_id, seq) index serves views and paging.
@@ -269,10 +272,13 @@ CREATE TABLE state_journal (
     digest      TEXT,
     recoverable INTEGER NOT NULL DEFAULT 0,
     created_at  REAL NOT NULL,
+    -- the thread's last message seq when written (fork and rewind branch there)
+    msg_seq     INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (thread_id, seq)
 );
 CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
     WHERE kind IN ('full', 'incremental');
+CREATE INDEX state_journal_keys ON state_journal (thread_id, key, seq) WHERE key IS NOT NULL;
 CREATE TABLE state_parts (
     thread_id TEXT NOT NULL,
     seq       INTEGER NOT NULL,
