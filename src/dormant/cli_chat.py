@@ -65,6 +65,7 @@ def send(
         list[str] | None,
         typer.Option(
             "--identity",
+            envvar="DORMANT_IDENTITY",
             help="An identity part of the sender, NAME=VALUE (repeat: --identity phone=+15550100 "
             "--identity device=ios-1): the thread's subject, whose memory its agent uses.",
         ),
