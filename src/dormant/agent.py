@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 from .models.base import Model
+from .pages import PagePolicy
+from .subject import SubjectOptions
 from .tools import ToolBox, ToolSpec
 
 #: Most continuations of a cut reply an agent may ask for (each is a whole model call).
@@ -32,6 +34,10 @@ class Agent:
     slice: the model is shown its cut reply and asked to go on, and the pieces are stored
     as one assistant message (marked cut only if the last piece was cut too). At most
     :data:`MAX_CONTINUATIONS`.
+    ``pages`` is the page manager's policy (:class:`~dormant.pages.PagePolicy`; None:
+    from the runtime's settings). ``subject`` (:class:`~dormant.subject.SubjectOptions`)
+    makes the agent remember: recall before each model call, state registers, memory
+    tools, facts from compaction. None (the default): no memory, no cost.
     """
 
     name: str
@@ -43,6 +49,8 @@ class Agent:
     max_spawn_depth: int = 3
     max_children: int = 8
     max_continuations: int = 0
+    pages: PagePolicy | None = None
+    subject: SubjectOptions | None = None
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -57,4 +65,8 @@ class Agent:
         from .builtins import BUILTIN_TOOLS
 
         tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])
+        if self.subject is not None:
+            from .memory_tools import MEMORY_TOOLS
+
+            tools += MEMORY_TOOLS
         object.__setattr__(self, "toolbox", ToolBox(tools))

@@ -61,14 +61,26 @@ def send(
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
+    identity: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--identity",
+            envvar="DORMANT_IDENTITY",
+            help="An identity part of the sender, NAME=VALUE (repeat: --identity phone=+15550100 "
+            "--identity device=ios-1): the thread's subject, whose memory its agent uses.",
+        ),
+    ] = None,
 ) -> None:
     """Admit user text to a thread durably (it runs on the next `dormant run`)."""
+    parts = identity_parts(identity or [])
 
     async def go() -> None:
         settings = settings_for(store)
         agents = agents_for(app_spec, model, base_url, system)
         async with Runtime(settings.store, agents, settings=settings) as rt:
-            admission = await rt.send(thread, text, key=key, agent=agent, priority=Priority(priority))
+            admission = await rt.send(
+                thread, text, key=key, agent=agent, priority=Priority(priority), identity=parts or None
+            )
         if admission.duplicate:
             out.print(
                 f"duplicate: input {admission.input_id} was already admitted to thread "
@@ -81,6 +93,18 @@ def send(
             )
 
     run_async(go())
+
+
+def identity_parts(items: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` options as identity parts; exits with a usage error on a bad one."""
+    parts: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            err.print(f"--identity takes NAME=VALUE, not {item!r}")
+            raise typer.Exit(2)
+        parts[name.strip()] = value.strip()
+    return parts
 
 
 def chat(

@@ -55,7 +55,7 @@ class Settings(BaseModel):
         description="share of the prompt budget (window less output) kept free as a safety margin",
     )
     compaction_share: float = Field(
-        0.75,
+        0.85,
         ge=0,
         le=10,
         description=(

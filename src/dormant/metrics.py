@@ -64,6 +64,8 @@ class RuntimeStats:
     completions: int = 0
     compactions: int = 0
     compaction_failures: int = 0
+    facts_found: int = 0  # memories a compaction extracted or moved out (issue 16)
+    memory_write_failures: int = 0  # memories a committed slice meant but could not write
     context_overflows: int = 0  # slices retried once with a smaller view (issue 14)
     inline_calls: int = 0
     slice_failures: int = 0
@@ -82,3 +84,4 @@ class RuntimeStats:
     slice_latency: LatencyRecorder = field(default_factory=LatencyRecorder)
     model_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one model call
     tool_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one tool call, inline or async
+    recall_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # a slice's registers + recall

@@ -20,12 +20,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import msgspec
 
+from . import registers
 from .agent import Agent
 from .blobs import ToolOutput
 from .config import Settings
@@ -34,6 +35,7 @@ from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
 from .governor_loop import Governor, build_governor
 from .journal import CheckpointPolicy
+from .loop_memory import profile
 from .memory.core import MemoryCore
 from .memory.embedder import Embedder, MiniLMEmbedder
 from .memory.facade import Memory
@@ -45,6 +47,8 @@ from .retention_loop import RetentionLoop
 from .runner import SliceRunner
 from .scheduler import Scheduler
 from .store import Store, open_store, store_options, tenancy
+from .store.tenancy import tenant_of
+from .subject import DEFAULT_TSR_TURNS
 from .text import stored_output
 from .tool_threads import ToolThreads
 from .urls import redact, remember
@@ -138,6 +142,8 @@ class Runtime:
             on_damage=self._halt,
             tool_threads=self.tool_threads,
             governor=self.governor,
+            # memory in the loop only for agents with a subject: the others never open it
+            memory=(lambda: self.memory) if any(a.subject is not None for a in agents) else None,
         )
         # per agent: its model's window less its output, system prompt and tool schemas
         self.limits = self.runner.limits
@@ -327,15 +333,20 @@ class Runtime:
         agent: str | None = None,
         priority: Priority = Priority.P1,
         not_before: float = 0.0,
+        identity: Mapping[str, str] | None = None,
     ) -> Admission:
         """Admit user text to ``thread_id`` (created with ``agent`` if new).
 
         Returns once the input is durable. Pass ``key`` to make the send idempotent:
         the same ``(thread_id, key)`` is admitted once, whatever the retries.
+        ``identity`` (parts such as ``{"phone": ..., "device": ...}``) names the sender:
+        its binding key (:meth:`Memory.bind`) becomes the input's source, and the
+        thread's subject from the slice that takes it (issue 16).
         """
         name = agent or self.default_agent
         if name not in self.agents:
             raise UsageError(f"unknown agent {name!r}")
+        source = await self._bind(thread_id, identity) if identity else None
         item = NewInput(
             thread_id=thread_id,
             kind="user",
@@ -344,9 +355,52 @@ class Runtime:
             priority=priority,
             not_before=not_before,
             agent=name,
+            source=source,
         )
         (admission,) = await self.admit([item])
         return admission
+
+    async def registers(self, thread_id: str) -> dict[str, Any]:
+        """A thread's registers (issue 16): ``subject`` (its binding key or None),
+        ``turn``, ``short_term`` (the entries of its last turns, key -> value) and
+        ``long_term`` (its subject's profile, key -> value), from the committed journal
+        and memory. NotFound for a missing thread."""
+        regs = registers.read((await self.store.journal.recover(thread_id)).state)
+        agent = self.agents.get((await self.store.get_thread(thread_id)).agent)
+        turns = agent.subject.tsr_turns if agent is not None and agent.subject else DEFAULT_TSR_TURNS
+        short = {
+            k: msgspec.json.decode(v) for k, v in regs.entries if regs.turns.get(k, 0) > regs.turn - turns
+        }
+        long: dict[str, Any] = {}
+        if regs.subject is not None:
+            for key, value in await profile(await self.memory_for(thread_id), regs.subject):
+                try:
+                    long[key] = msgspec.json.decode(value)
+                except msgspec.DecodeError:
+                    long[key] = value
+        return {"subject": regs.subject, "turn": regs.turn, "short_term": short, "long_term": long}
+
+    async def rebind(self, thread_id: str, identity: Mapping[str, str]) -> str:
+        """Move thread ``thread_id``'s subject to the binding key of ``identity`` (a
+        device changed, say): the old key's memories move to the new one (audited;
+        later reads and writes through the old key land on the new one); returns the new
+        key. UsageError when the thread has no subject yet."""
+        regs = registers.read((await self.store.journal.recover(thread_id)).state)
+        if regs.subject is None:
+            raise UsageError(f"thread {thread_id!r} has no subject to rebind; send with identity=")
+        memory = await self.memory_for(thread_id)
+        new = await memory.bind(identity)
+        if new != regs.subject:
+            await memory.rebind(regs.subject, new, actor=f"thread:{thread_id}")
+        return new
+
+    async def memory_for(self, thread_id: str) -> Memory:
+        """:attr:`memory` as the tenant of ``thread_id`` sees it (its subjects live there)."""
+        tenant = tenant_of(thread_id)
+        return await self.memory.for_tenant(tenant) if tenant else self.memory
+
+    async def _bind(self, thread_id: str, identity: Mapping[str, str]) -> str:
+        return await (await self.memory_for(thread_id)).bind(identity)
 
     async def admit(self, items: Sequence[NewInput], *, tenant: str | None = None) -> list[Admission]:
         """Admit inputs durably; see :meth:`Store.admit` (``tenant``: the tenant every

@@ -35,6 +35,7 @@ from .records import (
     Usage,
     ViewLimits,
 )
+from .sections import compose
 from .tools import ToolBox, ToolSpec
 
 
@@ -122,8 +123,11 @@ class Turn:
         summary: Summary | None = None,
         limits: ViewLimits | None = None,
         usage: Usage | None = None,
+        sections: str = "",
     ) -> None:
         self.thread = load.thread
+        #: the state and memories sections shown after the summary (:mod:`dormant.sections`)
+        self.sections = sections
         self.limits = limits
         self.token = token
         self.system = system
@@ -193,7 +197,7 @@ class Turn:
             system=self.system,
             messages=messages,
             tools=self.tools.schemas,
-            summary=self._summary.content if self._summary is not None else None,
+            summary=compose(self._summary.content if self._summary is not None else None, self.sections),
         )
 
     def on_reply(self, reply: ModelReply) -> list[InlineCall]:

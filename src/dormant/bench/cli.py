@@ -419,11 +419,32 @@ def recall(
         int, typer.Option(min=10, envvar="DORMANT_BENCH_QUERIES", help="Latency samples.")
     ] = 1000,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/recall"),
+    slices: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="DORMANT_BENCH_SLICES",
+            help="Run through real agent slices instead (issue 16): the suite's queries as user "
+            "inputs, then this many slices each with recall on and off at MEMORIES records.",
+        ),
+    ] = 0,
 ) -> None:
     """Recall quality on the seeded suite (hybrid and baselines), latency and RSS at MEMORIES records.
 
+    With ``--slices N`` the same suite runs through real agent slices (scripted model,
+    automatic recall into the prompt) and the slice latency is measured with recall on
+    against off; writes ``OUT/slices.json``.
+
     Writes ``OUT/summary.json``; the suite is described in BENCHMARKS.md.
     """
+    if slices:
+        from .loop_recall import run as run_slices
+
+        params = {"subjects": subjects, "rich": rich, "seed": seed, "memories": memories}
+        result = run_slices(out, {**params, "per_subject": 10, "slices": slices})
+        console.print_json(json.dumps(result))
+        console.print(f"wrote {out / 'slices.json'}")
+        return
     if embedder not in ("minilm", "hashing"):
         console.print("[red]error:[/] --embedder must be minilm or hashing")
         raise typer.Exit(2)
