@@ -28,6 +28,9 @@ UNSCOPED = {
     ("Store", "prune_history"): "retention (dormant gc): operator only, no server route",
     ("Runtime", "fork"): "time travel: the library's, no server route yet (it must take the tenant then)",
     ("Runtime", "rewind"): "time travel: the library's, no server route yet (it must take the tenant then)",
+    ("Runtime", "memory_for"): "the memory of the thread's own tenant (read from its id): library only",
+    ("Runtime", "registers"): "memory in the loop: library reads, no server route yet (it must take the tenant then)",
+    ("Runtime", "rebind"): "memory in the loop: library only, no server route yet (it must take the tenant then)",
 }
 
 
