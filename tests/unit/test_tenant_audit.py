@@ -29,8 +29,14 @@ UNSCOPED = {
     ("Runtime", "fork"): "time travel: the library's, no server route yet (it must take the tenant then)",
     ("Runtime", "rewind"): "time travel: the library's, no server route yet (it must take the tenant then)",
     ("Runtime", "memory_for"): "the memory of the thread's own tenant (read from its id): library only",
-    ("Runtime", "registers"): "memory in the loop: library reads, no server route yet (it must take the tenant then)",
-    ("Runtime", "rebind"): "memory in the loop: library only, no server route yet (it must take the tenant then)",
+    (
+        "Runtime",
+        "registers",
+    ): "memory in the loop: library reads, no server route yet (it must take the tenant then)",
+    (
+        "Runtime",
+        "rebind",
+    ): "memory in the loop: library only, no server route yet (it must take the tenant then)",
 }
 
 
