@@ -27,11 +27,10 @@ import msgspec
 from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
-from ..errors import InvalidInput, NotFound, StoreError, Unauthenticated, UsageError
+from ..errors import InvalidInput, NotFound, StoreError, UsageError
 from ..journal import validate_changes, validate_state
 from ..records import (
     Admission,
-    ApiKey,
     BlobRef,
     Claim,
     CommitPlan,
@@ -43,14 +42,14 @@ from ..records import (
     Page,
     SliceLoad,
     StoreStatus,
-    Tenant,
     Thread,
     TierSizes,
     ViewLimits,
 )
-from . import keys, tenancy
+from . import tenancy
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
+from .core_tenants import TenantRules
 from .journal import StateJournal
 from .views import PendingCounts, ViewReads, load_view
 
@@ -159,7 +158,7 @@ def check_plan(plan: CommitPlan) -> None:
         raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
 
 
-class StoreCore:
+class StoreCore(TenantRules):
     """The :class:`~dormant.store.base.Store` over one backend.
 
     ``views`` is the view cache (created from ``view_cache_bytes`` when not handed
@@ -562,59 +561,3 @@ class StoreCore:
     async def sweep_blobs(self) -> int:
         """Remove what blob writes that never finished left (an hour old); chunks removed."""
         return await self.backend.sweep_blobs()
-
-    # -- tenants and API keys ------------------------------------------------------------
-
-    async def create_tenant(self, name: str) -> Tenant:
-        """A new tenant named ``name``; UsageError for a bad or taken name."""
-        tenant = Tenant(id=keys.new_tenant_id(), name=keys.check_name(name), created_at=self.clock())
-        if not await self.backend.insert_tenant(tenant):
-            raise UsageError(f"a tenant named {name!r} exists")
-        return tenant
-
-    async def tenant(self, name_or_id: str) -> Tenant:
-        """The tenant with that id (else that name); NotFound otherwise."""
-        tenant = await self.backend.find_tenant(name_or_id)
-        if tenant is None:
-            raise NotFound(f"no tenant {name_or_id!r}")
-        return tenant
-
-    async def list_tenants(self, *, cursor: str | None = None, limit: int = 50) -> Page[Tenant]:
-        """One page of tenants by name; the cursor is the last name seen."""
-        limit = clamp_limit(limit)
-        rows = await self.backend.tenant_rows(cursor or "", limit + 1)
-        items = tuple(rows[:limit])
-        return Page(items=items, next_cursor=items[-1].name if len(rows) > limit else None)
-
-    async def create_key(self, tenant_id: str) -> tuple[ApiKey, str]:
-        """A new key of the tenant and its token (shown once; only a salted hash is kept)."""
-        tenant = await self.tenant(tenant_id)
-        key_id, token, salt, digest = keys.new_key()
-        key = ApiKey(id=key_id, tenant_id=tenant.id, created_at=self.clock())
-        await self.backend.insert_key(key, salt, digest)
-        return key, token
-
-    async def revoke_key(self, key_id: str) -> ApiKey:
-        """Revoke a key (idempotent: it keeps its first revocation time); NotFound if unknown."""
-        key = await self.backend.revoke_key(key_id, self.clock())
-        if key is None:
-            raise NotFound(f"no API key {key_id!r}")
-        return key
-
-    async def list_keys(self, tenant_id: str, *, cursor: str | None = None, limit: int = 50) -> Page[ApiKey]:
-        """One page of the tenant's keys by id; the cursor is the last key id seen."""
-        limit = clamp_limit(limit)
-        rows = await self.backend.key_rows(tenant_id, cursor or "", limit + 1)
-        items = tuple(rows[:limit])
-        return Page(items=items, next_cursor=items[-1].id if len(rows) > limit else None)
-
-    async def authenticate(self, token: str) -> Tenant:
-        """The tenant whose live key ``token`` is; Unauthenticated otherwise (never why)."""
-        key_id, secret = keys.parse_key(token)
-        found = await self.backend.live_key(key_id)
-        if found is None:
-            raise Unauthenticated("invalid API key")
-        salt, digest, tenant = found
-        if not keys.key_matches(salt, digest, secret):
-            raise Unauthenticated("invalid API key")
-        return tenant

@@ -35,7 +35,6 @@ from ...errors import SchemaError, StoreError, StoreFull, UsageError
 from ...records import (
     READY_AGENTS_SHOWN,
     Admission,
-    ApiKey,
     BlobRef,
     Claim,
     CommitPlan,
@@ -44,12 +43,11 @@ from ...records import (
     OutboxEntry,
     OutboxOutcome,
     StoreStatus,
-    Tenant,
     Thread,
 )
 from .. import fairness
 from ..backend import BackendDefaults
-from ..rows import row_entry, row_key, row_live_key, row_message, row_tenant, row_thread
+from ..rows import row_entry, row_message, row_thread
 from . import jobs, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
@@ -58,6 +56,7 @@ from .memory import MemoryRows
 from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader, model_figures
 from .retention import SQLiteRetention
+from .tenants import SQLiteTenants
 from .writer import Conn, GroupWriter, Job
 
 if TYPE_CHECKING:
@@ -78,7 +77,7 @@ RECOVER_EVERY_S = 0.25
 log = logging.getLogger("dormant.store")
 
 
-class SQLiteBackend(SQLiteRetention, BackendDefaults):
+class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
     """The embedded default backend (``sqlite:///path``) and the in-RAM baseline (``memory://``)."""
 
     def __init__(
@@ -504,50 +503,6 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
             statement = sql.HISTORY_DESC_BYTES if newest_first else sql.HISTORY_ASC_BYTES
             rows = self._query(statement, (thread_id, after, limit, max_bytes))
         return [row_message(r) for r in rows]
-
-    # -- tenants and API keys --------------------------------------------------------
-
-    async def insert_tenant(self, tenant: Tenant) -> bool:
-        """Insert the tenant; False when its name or id is taken."""
-        params = (tenant.id, tenant.name, tenant.created_at)
-        inserted: bool = await self._write(
-            lambda conn: bool(conn.execute(sql.INSERT_TENANT, params).fetchall())
-        )
-        return inserted
-
-    async def find_tenant(self, name_or_id: str) -> Tenant | None:
-        """The tenant with that id, else that name; None if neither."""
-        rows = self._query(sql.FIND_TENANT, (name_or_id,))
-        return row_tenant(rows[0]) if rows else None
-
-    async def tenant_rows(self, after: str, limit: int) -> list[Tenant]:
-        """Tenants after ``after`` by name."""
-        return [row_tenant(r) for r in self._query(sql.TENANT_PAGE, (after, limit))]
-
-    async def insert_key(self, key: ApiKey, salt: bytes, digest: bytes) -> None:
-        """Insert a key of an existing tenant."""
-        params = (key.id, key.tenant_id, salt, digest, key.created_at)
-        await self._write(lambda conn: conn.execute(sql.INSERT_KEY, params).fetchall())
-
-    async def revoke_key(self, key_id: str, now: float) -> ApiKey | None:
-        """Revoke the key unless already revoked; its row, None if missing."""
-
-        def job(conn: Conn) -> ApiKey | None:
-            conn.execute(sql.REVOKE_KEY, (key_id, now))
-            rows = conn.execute(sql.GET_KEY, (key_id,)).fetchall()
-            return row_key(rows[0]) if rows else None
-
-        result: ApiKey | None = await self._write(job)
-        return result
-
-    async def key_rows(self, tenant_id: str, after: str, limit: int) -> list[ApiKey]:
-        """The tenant's keys after ``after`` by id."""
-        return [row_key(r) for r in self._query(sql.KEY_PAGE, (tenant_id, after, limit))]
-
-    async def live_key(self, key_id: str) -> tuple[bytes, bytes, Tenant] | None:
-        """A live key's salt, digest and tenant; None if missing or revoked."""
-        rows = self._query(sql.LIVE_KEY, (key_id,))
-        return row_live_key(rows[0]) if rows else None
 
     async def thread_rows(self, after: str, limit: int) -> list[Thread]:
         """Threads after ``after`` by id."""

@@ -18,7 +18,7 @@ from ... import inbox
 from ...errors import InvalidInput, LeaseLost, NotFound, StoreError
 from ...records import Admission, Claim, CommitPlan, NewInput, Thread, Usage
 from ..rows import row_thread
-from . import sql
+from . import journal_sql, sql
 
 Conn = Any
 _NO_USAGE = (None, None, None)
@@ -175,10 +175,10 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
             ],
         )
     if plan.state:
-        top = conn.execute(sql.JOURNAL_TOP, (plan.thread_id,)).fetchone()[0]
-        run, last = conn.execute(sql.THREAD_RUNS_SEQ, (plan.thread_id,)).fetchone()
+        top = conn.execute(journal_sql.JOURNAL_TOP, (plan.thread_id,)).fetchone()[0]
+        run, last = conn.execute(journal_sql.THREAD_RUNS_SEQ, (plan.thread_id,)).fetchone()
         conn.executemany(
-            sql.INSERT_CHANGE,
+            journal_sql.INSERT_CHANGE,
             [
                 (plan.thread_id, top + 1 + n, c.op, c.key, c.value, run, now, last)
                 for n, c in enumerate(plan.state)

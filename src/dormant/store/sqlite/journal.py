@@ -9,7 +9,7 @@ from typing import Any
 from ...errors import NotFound
 from ...records import JournalEntry
 from ..rows import row_journal
-from . import sql
+from . import journal_sql, sql
 from .writer import Conn, Job
 
 Write = Callable[[Job, int], Awaitable[Any]]
@@ -28,20 +28,20 @@ class SQLiteJournal:
         """Journal entries of a thread after seq ``after``; None if the thread is missing."""
         if not self.query(sql.THREAD_EXISTS, (thread_id,)):
             return None
-        return [row_journal(r) for r in self.query(sql.JOURNAL_PAGE, (thread_id, after, limit))]
+        return [row_journal(r) for r in self.query(journal_sql.JOURNAL_PAGE, (thread_id, after, limit))]
 
     async def newest_checkpoint(self, thread_id: str, kind: str) -> JournalEntry | None:
         """The newest recoverable checkpoint of ``kind`` of a thread."""
-        rows = self.query(sql.NEWEST_CHECKPOINT, (thread_id, kind))
+        rows = self.query(journal_sql.NEWEST_CHECKPOINT, (thread_id, kind))
         return row_journal(rows[0]) if rows else None
 
     async def checkpoints_after(self, thread_id: str, after: int, limit: int) -> list[JournalEntry]:
         """Recoverable checkpoint headers of a thread after seq ``after``."""
-        return [row_journal(r) for r in self.query(sql.CHECKPOINTS_AFTER, (thread_id, after, limit))]
+        return [row_journal(r) for r in self.query(journal_sql.CHECKPOINTS_AFTER, (thread_id, after, limit))]
 
     async def thread_runs(self, thread_id: str) -> int | None:
         """Runs the thread ended; None if it is missing."""
-        rows = self.query(sql.THREAD_RUNS, (thread_id,))
+        rows = self.query(journal_sql.THREAD_RUNS, (thread_id,))
         return int(rows[0][0]) if rows else None
 
     async def begin_checkpoint(
@@ -54,7 +54,7 @@ class SQLiteJournal:
             if conn.execute(sql.THREAD_EXISTS, (thread_id,)).fetchone() is None:
                 raise NotFound(f"no thread {thread_id!r}")
             row = conn.execute(
-                sql.INSERT_CHECKPOINT, (thread_id, kind, upto, parts, size, digest, now, msg_seq)
+                journal_sql.INSERT_CHECKPOINT, (thread_id, kind, upto, parts, size, digest, now, msg_seq)
             ).fetchone()
             return row_journal(row)
 
@@ -66,19 +66,19 @@ class SQLiteJournal:
         rows = [(thread_id, seq, first + n, data) for n, data in enumerate(parts)]
 
         def job(conn: Conn) -> None:
-            conn.executemany(sql.INSERT_PART, rows)
+            conn.executemany(journal_sql.INSERT_PART, rows)
 
         await self.write(job, sum(map(len, parts)) + 64)
 
     async def checkpoint_parts(self, thread_id: str, seq: int, first: int, limit: int) -> list[str]:
         """Up to ``limit`` parts of checkpoint ``seq`` from index ``first``."""
-        return [r[0] for r in self.query(sql.PARTS_PAGE, (thread_id, seq, first, limit))]
+        return [r[0] for r in self.query(journal_sql.PARTS_PAGE, (thread_id, seq, first, limit))]
 
     async def mark_recoverable(self, thread_id: str, seq: int) -> bool:
         """Mark checkpoint ``seq`` recoverable if all its parts are stored."""
 
         def job(conn: Conn) -> bool:
-            conn.execute(sql.MARK_RECOVERABLE, (thread_id, seq))
+            conn.execute(journal_sql.MARK_RECOVERABLE, (thread_id, seq))
             return bool(conn.changes())
 
         result: bool = await self.write(job, 256)

@@ -11,7 +11,7 @@ from ...blobs import BLOB_LINE, REF_CHARS
 from ...errors import NotFound, UsageError
 from ...records import JournalEntry, Thread, TierSizes
 from ..rows import row_journal
-from . import jobs, sql
+from . import jobs, journal_sql, sql
 from .writer import Conn, Job
 
 
@@ -19,9 +19,9 @@ def release_refs(conn: Conn, thread_id: str, refs: set[str], note: str) -> None:
     """Drop the thread's refs to ``refs`` that no whole tool result of it still shows, and
     the blobs no thread refers to any more."""
     for ref in sorted(refs):
-        if conn.execute(sql.REF_SHOWN, (thread_id, BLOB_LINE + ref, note)).fetchone() is not None:
+        if conn.execute(journal_sql.REF_SHOWN, (thread_id, BLOB_LINE + ref, note)).fetchone() is not None:
             continue
-        conn.execute(sql.DROP_REF, (thread_id, ref))
+        conn.execute(journal_sql.DROP_REF, (thread_id, ref))
         if conn.changes() and conn.execute(sql.REF_USED, (ref,)).fetchone() is None:
             conn.execute(sql.DROP_CHUNKS, (ref,))
             conn.execute(sql.DROP_BLOB, (ref,))
@@ -45,10 +45,10 @@ class SQLiteRetention:
 
         def job(conn: Conn) -> int:
             picked = conn.execute(
-                sql.SHRINK_PICK,
+                journal_sql.SHRINK_PICK,
                 (thread_id, keep, head_chars, note, limit, len(BLOB_LINE), BLOB_LINE, REF_CHARS),
             ).fetchall()
-            conn.executemany(sql.SHRINK_ONE, [(head_chars, note, row[0]) for row in picked])
+            conn.executemany(journal_sql.SHRINK_ONE, [(head_chars, note, row[0]) for row in picked])
             release_refs(conn, thread_id, {row[1] for row in picked if row[1]}, note)
             return len(picked)
 
@@ -63,19 +63,19 @@ class SQLiteRetention:
         time, about ``limit`` at most; how many."""
 
         def job(conn: Conn) -> int:
-            row = conn.execute(sql.HISTORY_BOUND, (thread_id, keep_runs, keep_tool_calls)).fetchone()
+            row = conn.execute(journal_sql.HISTORY_BOUND, (thread_id, keep_runs, keep_tool_calls)).fetchone()
             if row is None or row[1] is None or row[1] >= row[0]:
                 return 0
             bound, first = int(row[0]), int(row[1])
             cut = bound
             if bound - first > limit:  # whole runs, as many as fit in limit (at least one)
-                lo, hi = conn.execute(sql.RUN_STARTS, (thread_id, first, first + limit)).fetchone()
+                lo, hi = conn.execute(journal_sql.RUN_STARTS, (thread_id, first, first + limit)).fetchone()
                 if hi is None:
-                    lo, _ = conn.execute(sql.RUN_STARTS, (thread_id, first, bound)).fetchone()
+                    lo, _ = conn.execute(journal_sql.RUN_STARTS, (thread_id, first, bound)).fetchone()
                 cut = min(bound, int(hi if hi is not None else lo if lo is not None else bound))
             params = (thread_id, cut, len(BLOB_LINE), REF_CHARS, BLOB_LINE)
-            refs = {r[0] for r in conn.execute(sql.HISTORY_REFS, params).fetchall()}
-            conn.execute(sql.DROP_HISTORY, (thread_id, cut))
+            refs = {r[0] for r in conn.execute(journal_sql.HISTORY_REFS, params).fetchall()}
+            conn.execute(journal_sql.DROP_HISTORY, (thread_id, cut))
             deleted = int(conn.changes())
             release_refs(conn, thread_id, refs, note)
             return deleted
@@ -88,7 +88,7 @@ class SQLiteRetention:
         consumed and that no outbox entry names; how many."""
 
         def job(conn: Conn) -> int:
-            conn.execute(sql.PRUNE_KEYS, (before, limit))
+            conn.execute(journal_sql.PRUNE_KEYS, (before, limit))
             return int(conn.changes())
 
         result: int = await self._write(job, 256)
@@ -99,7 +99,7 @@ class SQLiteRetention:
         of the same key in the same run supersedes; how many."""
 
         def job(conn: Conn) -> int:
-            conn.execute(sql.DROP_SUPERSEDED, (thread_id, upto_run, limit))
+            conn.execute(journal_sql.DROP_SUPERSEDED, (thread_id, upto_run, limit))
             return int(conn.changes())
 
         result: int = await self._write(job, 256)
@@ -107,12 +107,12 @@ class SQLiteRetention:
 
     async def last_change_of_run(self, thread_id: str, upto_run: int) -> int | None:
         """The seq of the newest change record of runs <= ``upto_run`` (None: none)."""
-        rows = self._query(sql.LAST_CHANGE_OF_RUN, (thread_id, upto_run))
+        rows = self._query(journal_sql.LAST_CHANGE_OF_RUN, (thread_id, upto_run))
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     async def full_checkpoint_upto(self, thread_id: str, upto: int) -> JournalEntry | None:
         """The newest recoverable full checkpoint covering no more than journal seq ``upto``."""
-        rows = self._query(sql.FULL_UPTO, (thread_id, upto))
+        rows = self._query(journal_sql.FULL_UPTO, (thread_id, upto))
         return row_journal(rows[0]) if rows else None
 
     async def fold_journal(self, thread_id: str, upto: int, before: int, limit: int) -> int:
@@ -120,9 +120,9 @@ class SQLiteRetention:
         with seq < ``before`` (with their body pieces); rows deleted."""
 
         def job(conn: Conn) -> int:
-            conn.execute(sql.FOLD_ROWS, (thread_id, upto, before, limit))
+            conn.execute(journal_sql.FOLD_ROWS, (thread_id, upto, before, limit))
             deleted = int(conn.changes())
-            conn.execute(sql.FOLD_PARTS, (thread_id, before))
+            conn.execute(journal_sql.FOLD_PARTS, (thread_id, before))
             return deleted + int(conn.changes())
 
         result: int = await self._write(job, 256)
@@ -130,7 +130,7 @@ class SQLiteRetention:
 
     async def journal_seq_at(self, thread_id: str, msg_seq: int) -> int:
         """The newest change record written with the thread at message seq <= ``msg_seq`` (0: none)."""
-        return int(self._query(sql.JOURNAL_SEQ_AT, (thread_id, msg_seq))[0][0])
+        return int(self._query(journal_sql.JOURNAL_SEQ_AT, (thread_id, msg_seq))[0][0])
 
     async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
         """A new thread of ``source``'s agent branching from its history at ``at_seq`` (a
@@ -140,12 +140,12 @@ class SQLiteRetention:
         rows = [(new_id, n, "add", k, v, 0, now, 0) for n, (k, v) in enumerate(sorted(state.items()), 1)]
 
         def job(conn: Conn) -> Thread:
-            agent = conn.execute(sql.THREAD_AGENT, (source,)).fetchone()
+            agent = conn.execute(journal_sql.THREAD_AGENT, (source,)).fetchone()
             if agent is None:
                 raise NotFound(f"no thread {source!r}")
             if not jobs.insert_thread(conn, new_id, agent[0], now, (source, at_seq)):
                 raise UsageError(f"thread {new_id!r} exists already")
-            conn.executemany(sql.INSERT_CHANGE, rows)
+            conn.executemany(journal_sql.INSERT_CHANGE, rows)
             thread = jobs.get_thread(conn, new_id)
             assert thread is not None
             return thread
@@ -155,7 +155,7 @@ class SQLiteRetention:
 
     async def tier_sizes(self, note: str) -> TierSizes:
         """Bytes each retention tier takes (``note``: what a cut tool result ends with)."""
-        full, cut, history, journal, blobs, keys = self._query(sql.TIER_SIZES, (note,))[0]
+        full, cut, history, journal, blobs, keys = self._query(journal_sql.TIER_SIZES, (note,))[0]
         return TierSizes(
             tool_full=int(full),
             tool_excerpt=int(cut),
@@ -169,8 +169,8 @@ class SQLiteRetention:
         """(newest recoverable checkpoint's time or None, its bytes, bytes of each thread's
         newest full checkpoint, of the increments after them, change records after the
         newest checkpoints)."""
-        last = self._query(sql.LAST_CHECKPOINT)
-        full, increments, changes = self._query(sql.RECOVERY_READS)[0]
+        last = self._query(journal_sql.LAST_CHECKPOINT)
+        full, increments, changes = self._query(journal_sql.RECOVERY_READS)[0]
         at, size = (float(last[0][0]), int(last[0][1])) if last else (None, 0)
         return at, size, int(full), int(increments), int(changes)
 

@@ -1,0 +1,80 @@
+"""The tenant and API key rules of :class:`~dormant.store.core.StoreCore` (a mixin of
+it): names checked, keys made and checked by :mod:`dormant.store.keys`, pages of the
+backend's rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import NotFound, Unauthenticated, UsageError
+from ..records import ApiKey, Page, Tenant
+from . import keys
+from .base import clamp_limit
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+
+class TenantRules:
+    """Tenants and their API keys (salted hashes only; a token is shown once)."""
+
+    if TYPE_CHECKING:
+        backend: Backend
+
+        @property
+        def clock(self) -> Callable[[], float]: ...
+
+    async def create_tenant(self, name: str) -> Tenant:
+        """A new tenant named ``name``; UsageError for a bad or taken name."""
+        tenant = Tenant(id=keys.new_tenant_id(), name=keys.check_name(name), created_at=self.clock())
+        if not await self.backend.insert_tenant(tenant):
+            raise UsageError(f"a tenant named {name!r} exists")
+        return tenant
+
+    async def tenant(self, name_or_id: str) -> Tenant:
+        """The tenant with that id (else that name); NotFound otherwise."""
+        tenant = await self.backend.find_tenant(name_or_id)
+        if tenant is None:
+            raise NotFound(f"no tenant {name_or_id!r}")
+        return tenant
+
+    async def list_tenants(self, *, cursor: str | None = None, limit: int = 50) -> Page[Tenant]:
+        """One page of tenants by name; the cursor is the last name seen."""
+        limit = clamp_limit(limit)
+        rows = await self.backend.tenant_rows(cursor or "", limit + 1)
+        items = tuple(rows[:limit])
+        return Page(items=items, next_cursor=items[-1].name if len(rows) > limit else None)
+
+    async def create_key(self, tenant_id: str) -> tuple[ApiKey, str]:
+        """A new key of the tenant and its token (shown once; only a salted hash is kept)."""
+        tenant = await self.tenant(tenant_id)
+        key_id, token, salt, digest = keys.new_key()
+        key = ApiKey(id=key_id, tenant_id=tenant.id, created_at=self.clock())
+        await self.backend.insert_key(key, salt, digest)
+        return key, token
+
+    async def revoke_key(self, key_id: str) -> ApiKey:
+        """Revoke a key (idempotent: it keeps its first revocation time); NotFound if unknown."""
+        key = await self.backend.revoke_key(key_id, self.clock())
+        if key is None:
+            raise NotFound(f"no API key {key_id!r}")
+        return key
+
+    async def list_keys(self, tenant_id: str, *, cursor: str | None = None, limit: int = 50) -> Page[ApiKey]:
+        """One page of the tenant's keys by id; the cursor is the last key id seen."""
+        limit = clamp_limit(limit)
+        rows = await self.backend.key_rows(tenant_id, cursor or "", limit + 1)
+        items = tuple(rows[:limit])
+        return Page(items=items, next_cursor=items[-1].id if len(rows) > limit else None)
+
+    async def authenticate(self, token: str) -> Tenant:
+        """The tenant whose live key ``token`` is; Unauthenticated otherwise (never why)."""
+        key_id, secret = keys.parse_key(token)
+        found = await self.backend.live_key(key_id)
+        if found is None:
+            raise Unauthenticated("invalid API key")
+        salt, digest, tenant = found
+        if not keys.key_matches(salt, digest, secret):
+            raise Unauthenticated("invalid API key")
+        return tenant
