@@ -228,6 +228,12 @@ def whole_chars(data: bytes, *, start: bool = True, end: bool = True) -> tuple[i
     return skip, keep
 
 
+#: The first line of an excerpt starts with this, then the blob's ref (retention finds it there).
+BLOB_LINE = "[tool output stored as blob "
+#: Characters of a ref: ``sha256:`` and 64 hex digits.
+REF_CHARS = 71
+
+
 def excerpt(ref: BlobRef, head: bytes, tail: bytes) -> str:
     """The message text standing for a stored blob: a first line naming it, then ``head``,
     a marker of how many bytes were cut, and ``tail``.
@@ -245,7 +251,7 @@ def excerpt(ref: BlobRef, head: bytes, tail: bytes) -> str:
         else f"showing the first {len(head):,} bytes"
     )
     lines = [
-        f"[tool output stored as blob {ref.ref} — {ref.size:,} bytes; {shown}; "
+        f"{BLOB_LINE}{ref.ref} — {ref.size:,} bytes; {shown}; "
         f"read any part with read_blob(ref, offset, length)]",
         head.decode("utf-8", errors="replace"),
     ]

@@ -560,6 +560,9 @@ def _mount_bench() -> None:
     from .bench.cli import bench_app
 
     app.add_typer(bench_app, name="bench")
+    from .cli_memory import memory_app
+
+    app.add_typer(memory_app, name="memory")
 
 
 _mount_bench()
@@ -574,6 +577,15 @@ def _mount_serve() -> None:
 
 
 _mount_serve()
+
+
+def _mount_gc() -> None:
+    from .cli_gc import gc
+
+    app.command()(gc)
+
+
+_mount_gc()
 
 
 def main() -> None:

@@ -110,6 +110,36 @@ class Settings(BaseModel):
     memory_soft_step: float = Field(0.10, ge=0, lt=1, description="soft limit change per adaptation")
     memory_soft_min: float = Field(0.5, gt=0, le=1, description="lowest soft limit (share of the hard)")
 
+    # state checkpoints (see dormant.journal): whichever comes first
+    checkpoint_incremental_runs: int = Field(3, ge=1, description="incremental checkpoint every N runs")
+    checkpoint_incremental_s: float = Field(900.0, gt=0, description="... or every this many seconds")
+    checkpoint_full_runs: int = Field(20, ge=1, description="full checkpoint every N runs")
+    checkpoint_full_s: float = Field(7200.0, gt=0, description="... or every this many seconds")
+    checkpoint_full_increment_bytes: int = Field(
+        50 * 1024 * 1024, ge=1, description="... or once the increments since the last full pass this"
+    )
+    # retention (see dormant.retention)
+    retention_tool_calls: int = Field(200, ge=1, description="newest tool results per thread kept whole")
+    retention_head_chars: int = Field(512, ge=0, description="characters an older tool result keeps")
+    retention_full_runs: int = Field(5, ge=1, description="newest runs keeping every state change")
+    retention_metric_runs: int = Field(
+        20, ge=0, description="runs before those keeping the last change of each key per run"
+    )
+    retention_budget_bytes: int = Field(
+        0, ge=0, description="the store's byte budget; no tier may take more than its share (0: none)"
+    )
+    retention_tier_share: float = Field(
+        0.30, gt=0, le=1, description="largest share of the budget a tier takes"
+    )
+    retention_interval_s: float = Field(
+        60.0, ge=0, description="seconds between background retention passes (0: no background pass)"
+    )
+    dedup_horizon_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="dedup keys are kept this long; an older redelivery may be admitted again",
+    )
+
     @field_validator("memory_limit", mode="before")
     @classmethod
     def _bytes(cls, value: Any) -> Any:

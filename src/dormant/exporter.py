@@ -13,12 +13,13 @@ the concurrency now allowed; backlog by priority, ready threads, leased threads;
 view cache bytes, entries, budget, hits, misses and hit ratio; histograms of slice,
 model and tool latency; slices, failures, completions, compactions, tool calls,
 retries and failures, leases lost; outbox entries by status and dead letters;
-database and WAL bytes.
-
-Not exported yet, because nothing measures them: the age of the oldest ready input
-(the store protocol has no query for it), retention tier sizes and checkpoint age or
-size (retention and checkpoints are not built), and the estimated recovery time
-(it depends on checkpoints). Each will be added with what it measures.
+database and WAL bytes; the age of the oldest ready input; retention tier sizes;
+the newest state checkpoint's age and size; the estimated recovery time of every
+thread's state (full checkpoints and increments read at 100 MB/s, change records
+replayed at 200,000/s). The write-up's bar for recovery is 30 s: alarm when
+``dormant_recovery_seconds_estimate`` passes 120 (docs/retention.md). The tier sizes
+and checkpoint figures read every message and checkpoint header, so they are read at
+most once per ``retention_ttl_s`` (60 s).
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ MAX_REQUEST_BYTES = 8192
 class Exporter:
     """The metrics of one runtime, in a registry of its own (``registry``)."""
 
-    def __init__(self, rt: Runtime, *, status_ttl_s: float = 5.0) -> None:
+    def __init__(self, rt: Runtime, *, status_ttl_s: float = 5.0, retention_ttl_s: float = 60.0) -> None:
         self.rt = rt
         self.status_ttl_s = status_ttl_s
+        self.retention_ttl_s = retention_ttl_s
+        self._retention_at = float("-inf")
         self.registry = CollectorRegistry(auto_describe=True)
         self._status: StoreStatus | None = None
         self._status_at = float("-inf")
@@ -108,6 +111,18 @@ class Exporter:
         self.dead = gauge("dead_letters", "Outbox entries dead-lettered.")
         self.db_bytes = gauge("db_bytes", "Size of the database file.")
         self.wal_bytes = gauge("wal_bytes", "Size of the write-ahead log.")
+        self.oldest_ready = gauge(
+            "oldest_ready_input_age_seconds", "Age of the oldest input a thread could consume now (0: none)."
+        )
+        self.tiers = gauge("retention_tier_bytes", "Bytes each retention tier takes in the store.", ("tier",))
+        self.checkpoint_age = gauge(
+            "checkpoint_age_seconds", "Age of the newest recoverable state checkpoint (-1: none)."
+        )
+        self.checkpoint_bytes = gauge("checkpoint_bytes", "Size of the newest recoverable state checkpoint.")
+        self.recovery = gauge(
+            "recovery_seconds_estimate",
+            "Estimated time to recover every thread's state (bar 30 s, alarm past 120 s).",
+        )
         stats = rt.stats
         stats.slice_latency.sinks.append(self.slice_seconds.observe)
         stats.model_latency.sinks.append(self.model_seconds.observe)
@@ -163,6 +178,24 @@ class Exporter:
         self.dead.set(status.dead_letters)
         self.db_bytes.set(status.db_bytes)
         self.wal_bytes.set(status.wal_bytes)
+        oldest = await rt.store.oldest_ready_at()
+        self.oldest_ready.set(0.0 if oldest is None else max(0.0, rt.clock() - oldest))
+        await self._retention()
+
+    async def _retention(self) -> None:
+        """Tier sizes and checkpoint figures, at most once per ``retention_ttl_s``."""
+        now = time.monotonic()
+        if now - self._retention_at < self.retention_ttl_s:
+            return
+        sizes = await self.rt.store.retention_sizes()
+        figures = await self.rt.store.journal.totals(self.rt.clock())
+        for tier, size in sizes.items():
+            self.tiers.labels(tier).set(size)
+        age = figures.last_checkpoint_age_s
+        self.checkpoint_age.set(-1.0 if age is None else age)
+        self.checkpoint_bytes.set(figures.last_checkpoint_bytes)
+        self.recovery.set(figures.recovery_s)
+        self._retention_at = now
 
     async def _store_status(self) -> StoreStatus:
         now = time.monotonic()

@@ -233,6 +233,47 @@ class NewThread(msgspec.Struct, frozen=True, kw_only=True):
     parent_seq: int
 
 
+StateOp = Literal["add", "update", "delete"]
+JournalKind = Literal["add", "update", "delete", "full", "incremental"]
+
+
+class StateChange(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of a thread's key/value state, written with a slice's commit:
+    ``add`` or ``update`` set ``key`` to ``value`` (JSON text), ``delete`` removes it."""
+
+    op: StateOp
+    key: str
+    value: str | None = None
+
+
+class JournalEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of a thread's state journal (``seq`` numbers the thread's journal).
+
+    A change record (``add``/``update``/``delete``: ``key`` and ``value``) or a
+    checkpoint header (``full`` or ``incremental``): ``upto`` is the journal seq it
+    covers, its body is ``parts`` pieces of ``size`` bytes with sha256 ``digest``, and
+    it counts for recovery only once ``recoverable`` (set after it was verified
+    complete). ``run`` is the thread's run count when the entry was written.
+    """
+
+    thread_id: str
+    seq: int
+    kind: JournalKind
+    key: str | None = None
+    value: str | None = None
+    run: int = 0
+    upto: int = 0
+    parts: int = 0
+    size: int = 0
+    digest: str | None = None
+    recoverable: bool = False
+    created_at: float = 0.0
+    #: the thread's message seq when the entry was written (its ``last_seq`` after the
+    #: slice that wrote a change record; what a checkpoint's state goes with): where
+    #: :meth:`~dormant.runtime.Runtime.fork` and ``rewind`` branch the history
+    msg_seq: int = 0
+
+
 class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one slice changes, applied by the store in one transaction.
 
@@ -252,6 +293,10 @@ class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     awaiting: int = 0
     #: a compaction summary written by this slice (it covers messages already stored)
     summary: Summary | None = None
+    #: state changes journaled in the same transaction (:class:`StateChange`)
+    state: tuple[StateChange, ...] = ()
+    #: runs this slice ends (an agent-declared unit; by default one per user turn)
+    runs: int = 0
 
 
 class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -319,6 +364,27 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: the most: a worker claims only its agents' threads, so an agent no running worker
     #: hosts shows here while its threads wait
     ready_by_agent: dict[str, int] = {}
+
+
+class TierSizes(msgspec.Struct, frozen=True, kw_only=True):
+    """Bytes each retention tier takes in the store (see :mod:`dormant.retention`)."""
+
+    #: tool results kept whole
+    tool_full: int = 0
+    #: tool results cut to an excerpt by retention
+    tool_excerpt: int = 0
+    #: every other message
+    history: int = 0
+    #: the state journal: change records, checkpoint headers and bodies
+    journal: int = 0
+    #: blobs (large tool outputs)
+    blobs: int = 0
+    #: dedup keys (kept for the dedup horizon)
+    dedup_keys: int = 0
+
+    def items(self) -> list[tuple[str, int]]:
+        """``(tier name, bytes)`` for every tier."""
+        return [(name, getattr(self, name)) for name in self.__struct_fields__]
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):

@@ -350,6 +350,7 @@ class SliceRunner:
             content=content,
             threads=tuple(ctx.threads),
             admissions=tuple(ctx.admissions),
+            state=tuple(ctx.state_changes),
         )
 
     async def _failed(self, claim: Claim, exc: BaseException) -> None:

@@ -22,6 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import Any
+
+import msgspec
 
 from .agent import Agent
 from .blobs import ToolOutput
@@ -30,9 +33,15 @@ from .dispatcher import Dispatcher
 from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
 from .governor_loop import Governor, build_governor
+from .journal import CheckpointPolicy
+from .memory.core import MemoryCore
+from .memory.embedder import Embedder, MiniLMEmbedder
+from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
-from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
+from .records import Admission, Claim, JournalEntry, Message, NewInput, Page, Priority, StoreStatus, Thread
+from .retention import RetentionPolicy
+from .retention_loop import RetentionLoop
 from .runner import SliceRunner
 from .scheduler import Scheduler
 from .store import Store, open_store, store_options
@@ -58,6 +67,7 @@ class Runtime:
         *,
         settings: Settings | None = None,
         default_agent: str | None = None,
+        memory_embedder: Embedder | None = None,
     ) -> None:
         if not agents:
             raise UsageError("a runtime needs at least one agent")
@@ -65,6 +75,9 @@ class Runtime:
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
+        #: the embedder of :attr:`memory` (None: MiniLM, loaded on first use)
+        self.memory_embedder = memory_embedder
+        self._memory: Memory | None = None
         remember(store.url)  # its password is scrubbed from any error text shown later
         self.agents: dict[str, Agent] = {}
         for agent in agents:
@@ -77,6 +90,13 @@ class Runtime:
         self.worker = self.settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = RuntimeStats()
         self.clock = time.time
+        #: when :meth:`checkpoint` and the retention pass write state checkpoints
+        #: (``checkpoint_*`` settings; replace to configure)
+        self.checkpoints = CheckpointPolicy.from_settings(self.settings)
+        #: what retention keeps (``retention_*`` settings; replace to configure)
+        self.retention = RetentionPolicy.from_settings(self.settings)
+        #: the background retention pass while :meth:`run` runs (see :mod:`dormant.retention_loop`)
+        self.retainer: RetentionLoop | None = None
         self.tool_threads = ToolThreads(self.settings.tool_threads)
         self.scheduler = Scheduler(
             self.store,
@@ -104,6 +124,8 @@ class Runtime:
             tool_threads=self.tool_threads,
         )
         self.governor: Governor | None = build_governor(self.settings, self.scheduler, self.store, self.clock)
+        if self.governor is not None:
+            self.governor.handles.on_warn.append(self._on_memory_warn)
         self.runner = SliceRunner(
             self.store,
             self.agents,
@@ -164,9 +186,27 @@ class Runtime:
         """Stop running loops and close the store."""
         self.stop()
         self.tool_threads.close()
+        if self._memory is not None:
+            memory, self._memory = self._memory, None
+            await memory.close()  # pending access counts, before the store closes
         if self._opened:
             await self.store.close()
             self._opened = False
+
+    @property
+    def memory(self) -> Memory:
+        """Long-term memory in this runtime's store (``rt.memory.add / recall / get /
+        history / forget / bind / rebind``; see docs/memory.md). Open runtime only.
+
+        Built on first use over :meth:`Store.memory_rows` (PostgreSQL connects then, a
+        blocking call); every operation runs in a worker thread, so the embedder loads
+        and embeds off the event loop; ``rt.memory.status()`` reports its RSS."""
+        if self._memory is None:
+            if not self._opened:
+                raise UsageError("open the runtime before using its memory")
+            embedder = self.memory_embedder if self.memory_embedder is not None else MiniLMEmbedder()
+            self._memory = Memory(MemoryCore(self.store.memory_rows(), embedder), store=self.store)
+        return self._memory
 
     async def __aenter__(self) -> Runtime:
         await self.open()
@@ -206,6 +246,14 @@ class Runtime:
         ]
         if self.governor is not None:
             loops.append(asyncio.create_task(self.governor.run(self._stop), name="dormant-governor"))
+        self.retainer = RetentionLoop(
+            self.store,
+            self.retention,
+            self.checkpoints,
+            interval_s=self.settings.retention_interval_s,
+            clock=self.clock,
+        )
+        loops.append(asyncio.create_task(self.retainer.run(self._stop), name="dormant-retention"))
         try:
             with gc_tuned():
                 await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
@@ -219,6 +267,7 @@ class Runtime:
         finally:
             self._stop.set()
             self._stop_requested = False
+            self.retainer = None
         for task in loops:
             error = None if task.cancelled() else task.exception()
             if isinstance(error, SchemaError):
@@ -227,6 +276,12 @@ class Runtime:
                 raise error
         if self._fatal is not None:
             raise self._fatal
+
+    def _on_memory_warn(self, transition: object) -> None:
+        """The governor entered warn: start a retention pass now, one that also checkpoints
+        every thread whose state changed (nothing when :meth:`run` is not running)."""
+        if self.retainer is not None:
+            self.retainer.poke(checkpoint=True)
 
     def _halt(self, exc: SchemaError) -> None:
         """Stop the runtime because the database is damaged; :meth:`run` raises why."""
@@ -357,6 +412,39 @@ class Runtime:
         :meth:`Store.delete_thread`."""
         return await self.store.delete_thread(thread_id)
 
+    async def state(self, thread_id: str, *, at_seq: int | None = None) -> dict[str, Any]:
+        """The thread's key/value state (values decoded from JSON): recovered from the
+        newest recoverable checkpoint plus the journal after it, or, with ``at_seq``,
+        as it was at that journal seq (the journal itself is never rewritten)."""
+        if at_seq is None:
+            raw = (await self.store.journal.recover(thread_id)).state
+        else:
+            raw = await self.store.journal.state_at(thread_id, at_seq)
+        return {key: msgspec.json.decode(value) for key, value in raw.items()}
+
+    async def checkpoint(self, thread_id: str) -> JournalEntry | None:
+        """Write the state checkpoint the configured policy says is due, if any
+        (``dormant gc`` and the governor's warn hook call this)."""
+        return await self.store.journal.maybe_checkpoint(thread_id, self.checkpoints, self.clock())
+
+    async def fork(self, thread_id: str, at_seq: int, *, new_id: str | None = None) -> Thread:
+        """A new thread that continues ``thread_id`` from its message ``at_seq``: its views
+        read ``thread_id``'s history up to there (it is a child of it), its state is the
+        state ``thread_id`` had then. ``thread_id`` is not changed: time travel makes a
+        branch, never rewrites history. ``new_id`` defaults to ``<thread_id>~<random>``."""
+        state = await self.store.journal.state_at_message(thread_id, at_seq)
+        return await self.store.fork_thread(thread_id, new_id or _branch_id(thread_id), at_seq, state)
+
+    async def rewind(
+        self, thread_id: str, checkpoint: JournalEntry | int, *, new_id: str | None = None
+    ) -> Thread:
+        """A new branch of ``thread_id`` from one of its recoverable checkpoints (its
+        journal entry or seq): the checkpoint's state and the history up to the message
+        it was taken at. ``thread_id`` is not changed (see :meth:`fork`)."""
+        seq = checkpoint if isinstance(checkpoint, int) else checkpoint.seq
+        head, state = await self.store.journal.checkpoint_state(thread_id, seq)
+        return await self.store.fork_thread(thread_id, new_id or _branch_id(thread_id), head.msg_seq, state)
+
     async def retry(self, thread_id: str) -> Thread:
         """Make a failed thread run again."""
         thread = await self.store.retry_thread(thread_id)
@@ -382,3 +470,8 @@ class Runtime:
     async def run_slice(self, claim: Claim) -> None:
         """Run one slice for ``claim``: load, decide, call, commit. Never raises."""
         await self.runner.run(claim)
+
+
+def _branch_id(thread_id: str) -> str:
+    """A new thread id for a branch of ``thread_id`` (same tenant prefix)."""
+    return f"{thread_id}~{uuid.uuid4().hex[:12]}"

@@ -29,6 +29,7 @@ from .records import (
     NewInput,
     NewThread,
     SliceLoad,
+    StateChange,
     Summary,
     ToolCall,
     ViewLimits,
@@ -57,6 +58,7 @@ class InlineResult:
     is_error: bool = False
     threads: tuple[NewThread, ...] = ()
     admissions: tuple[NewInput, ...] = ()
+    state: tuple[StateChange, ...] = ()
 
 
 _PREFIX = {"timer": "[timer]", "event": "[event]"}
@@ -130,6 +132,9 @@ class Turn:
         self._calls: list[NewCall] = []
         self._threads: list[NewThread] = []
         self._admissions: list[NewInput] = []
+        self._state: list[StateChange] = []
+        # runs this slice ends: by default one per user input (one user turn)
+        self._runs = sum(1 for item in load.inputs if item.kind == "user")
         self._consumed = tuple(item.id for item in load.inputs)
         self._awaiting = self.thread.awaiting
         self._errors: list[tuple[ToolCall, str]] = []
@@ -242,6 +247,7 @@ class Turn:
                 result = by_id[call.id]
                 self._threads.extend(result.threads)
                 self._admissions.extend(result.admissions)
+                self._state.extend(result.state)
                 self._tool_message(call, result.content)
             elif call.id in errors:
                 self._tool_message(call, errors[call.id])
@@ -274,4 +280,6 @@ class Turn:
             admissions=tuple(self._admissions),
             awaiting=self._awaiting,
             summary=self._new_summary,
+            state=tuple(self._state),
+            runs=self._runs,
         )

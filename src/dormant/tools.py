@@ -27,7 +27,7 @@ import pydantic
 
 from .blobs import CHUNK_BYTES, DEFAULT_THRESHOLD, BlobReader, ToolOutput
 from .errors import UsageError
-from .records import NewInput, NewThread
+from .records import NewInput, NewThread, StateChange
 from .tool_threads import SyncCall, ToolThreads, default_pool
 
 ToolMode = Literal["inline", "async"]
@@ -57,6 +57,7 @@ class ToolContext:
     agents: frozenset[str] = frozenset()
     threads: list[NewThread] = field(default_factory=list)
     admissions: list[NewInput] = field(default_factory=list)
+    state_changes: list[StateChange] = field(default_factory=list)
     inline: bool = True
     blobs: BlobReader | None = None
     blob_threshold: int = DEFAULT_THRESHOLD
@@ -76,6 +77,16 @@ class ToolContext:
         """Admit an input when the slice commits (inline tools only)."""
         self._require_inline("admit an input")
         self.admissions.append(item)
+
+    def set_state(self, key: str, value: object) -> None:
+        """Set the thread's state ``key`` to ``value`` (JSON-encodable; None deletes it),
+        journaled with the slice's commit, in its transaction (inline tools only)."""
+        self._require_inline("set state")
+        if value is None:
+            self.state_changes.append(StateChange(op="delete", key=key))
+        else:
+            encoded = msgspec.json.encode(value).decode()
+            self.state_changes.append(StateChange(op="update", key=key, value=encoded))
 
     def _require_inline(self, what: str) -> None:
         if not self.inline:

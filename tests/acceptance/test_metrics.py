@@ -34,6 +34,16 @@ EXPECTED = (
     "dormant_leases_lost_total",
     "dormant_db_bytes",
     "dormant_wal_bytes",
+    "dormant_oldest_ready_input_age_seconds",
+    'dormant_retention_tier_bytes{tier="tool_full"}',
+    'dormant_retention_tier_bytes{tier="tool_excerpt"}',
+    'dormant_retention_tier_bytes{tier="history"}',
+    'dormant_retention_tier_bytes{tier="journal"}',
+    'dormant_retention_tier_bytes{tier="blobs"}',
+    'dormant_retention_tier_bytes{tier="dedup_keys"}',
+    "dormant_checkpoint_age_seconds",
+    "dormant_checkpoint_bytes",
+    "dormant_recovery_seconds_estimate",
 )
 
 

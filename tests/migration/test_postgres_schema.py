@@ -80,6 +80,15 @@ async def test_a_new_schema_has_every_declared_object(pg_url: str) -> None:
         "workers",
         "tenants",
         "api_keys",
+        "memory_records",
+        "memory_history",
+        "memory_links",
+        "memory_moves",
+        "memory_identity",
+        "memory_dictionary",
+        "memory_meta",
+        "state_journal",
+        "state_parts",
     }
     functions = {name.split("(")[0] for kind, name in got if kind == "function"}
     assert {"dormant_admit", "dormant_commit_slice", "dormant_claim_outbox"} <= functions

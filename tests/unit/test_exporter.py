@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from dormant import Agent, Runtime
 from dormant.config import Settings
 from dormant.exporter import Exporter, render
@@ -33,3 +35,23 @@ async def test_refresh_mirrors_totals_without_counting_twice() -> None:
         rt.stats.slices += 2
         third, _ = await render(exporter)
         assert sample(third.decode(), "dormant_slices_total") == 3
+
+
+async def test_retention_checkpoint_and_backlog_figures_are_exported() -> None:
+    settings = Settings.build(store="memory://", memory_limit="4G", poll_s=0.01)
+    async with Runtime("memory://", [Agent(name="a", model=echo_model())], settings=settings) as rt:
+        exporter = Exporter(rt, status_ttl_s=0, retention_ttl_s=0)
+        await rt.send("t", "hi", key="k")
+        await asyncio.sleep(0.05)
+        body = (await render(exporter))[0].decode()
+        assert sample(body, "dormant_oldest_ready_input_age_seconds") >= 0.05, "the input waits"
+        assert sample(body, "dormant_checkpoint_age_seconds") == -1, "no checkpoint yet"
+        await rt.run_until_idle(timeout=10)
+        await rt.store.journal.checkpoint("t", "full")
+        body = (await render(exporter))[0].decode()
+        assert sample(body, "dormant_oldest_ready_input_age_seconds") == 0
+        assert sample(body, 'dormant_retention_tier_bytes{tier="history"}') >= len("hi")
+        assert sample(body, 'dormant_retention_tier_bytes{tier="dedup_keys"}') > 0
+        assert sample(body, "dormant_checkpoint_age_seconds") >= 0
+        assert sample(body, "dormant_checkpoint_bytes") == 2, "an empty state: {}"
+        assert 0 <= sample(body, "dormant_recovery_seconds_estimate") < 1

@@ -1,4 +1,4 @@
-"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context`` and ``governor``."""
+"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context``, ``governor`` and ``recall``."""
 
 from __future__ import annotations
 
@@ -361,3 +361,93 @@ def governor(
         console.print("[red]FAIL[/]: RSS passed the hard limit or an input was lost")
         raise typer.Exit(1)
     console.print("PASS: RSS stayed under the hard limit and every input was answered")
+
+
+@bench_app.command("recall")
+def recall(
+    memories: Annotated[
+        int, typer.Option(min=100, envvar="DORMANT_BENCH_MEMORIES", help="Records for latency.")
+    ] = (1_000_000),
+    subjects: Annotated[int, typer.Option(min=10, envvar="DORMANT_BENCH_SUBJECTS")] = 10_000,
+    rich: Annotated[
+        int, typer.Option(min=1, envvar="DORMANT_BENCH_RICH", help="Subjects with a history.")
+    ] = 600,
+    embedder: Annotated[
+        str, typer.Option(envvar="DORMANT_BENCH_EMBEDDER", help="minilm or hashing.")
+    ] = "minilm",
+    seed: Annotated[int, typer.Option(envvar="DORMANT_BENCH_SEED")] = 7,
+    queries: Annotated[
+        int, typer.Option(min=10, envvar="DORMANT_BENCH_QUERIES", help="Latency samples.")
+    ] = 1000,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/recall"),
+) -> None:
+    """Recall quality on the seeded suite (hybrid and baselines), latency and RSS at MEMORIES records.
+
+    Writes ``OUT/summary.json``; the suite is described in BENCHMARKS.md.
+    """
+    if embedder not in ("minilm", "hashing"):
+        console.print("[red]error:[/] --embedder must be minilm or hashing")
+        raise typer.Exit(2)
+    payload = json.dumps(
+        {
+            "out": str(out),
+            "memories": memories,
+            "subjects": subjects,
+            "rich": rich,
+            "embedder": embedder,
+            "seed": seed,
+            "latency_queries": queries,
+        }
+    )
+    summary = _run_process("recall", "dormant.bench.recall", payload, out)
+    table = Table(title="recall")
+    for col in ("run", "recall@1", "recall@5", "mrr", "stale", "leak", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="right" if col != "run" else "left")
+    baselines: dict[str, dict[str, object]] = summary["baselines"]  # type: ignore[assignment]
+    rows = [("hybrid", summary), *baselines.items()]
+    for name, fig in rows:
+        table.add_row(
+            name,
+            *(
+                f"{fig[k]}"
+                for k in ("recall_at_1", "recall_at_5", "mrr", "stale_rate", "leak_rate", "p50_ms", "p99_ms")
+            ),
+        )
+    console.print(table)
+    console.print(f"rss {summary['rss_bytes']:,} bytes; wrote {out / 'summary.json'}")
+
+
+@bench_app.command("retention")
+def retention(
+    turns: Annotated[int, typer.Option(min=10, envvar="DORMANT_BENCH_TURNS")] = 2000,
+    output_kb: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_OUTPUT_KB")] = 50,
+    keep: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_KEEP")] = 200,
+    every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_GC_EVERY")] = 50,
+    sample_every: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_SAMPLE_EVERY")] = 100,
+    turn_s: Annotated[
+        float, typer.Option(min=0.001, envvar="DORMANT_BENCH_TURN_S", help="Simulated seconds per turn.")
+    ] = 60.0,
+    horizon_s: Annotated[
+        float,
+        typer.Option(min=1, envvar="DORMANT_BENCH_HORIZON_S", help="Dedup horizon (simulated seconds)."),
+    ] = 3600.0,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/retention"),
+) -> None:
+    """Store size over TURNS tool turns of one agent (OUTPUT_KB KB outputs), without and with retention."""
+    import asyncio
+
+    from .retention import bench
+
+    summary = asyncio.run(
+        bench(
+            out,
+            turns=turns,
+            output_kb=output_kb,
+            keep=keep,
+            every=every,
+            sample_every=sample_every,
+            turn_s=turn_s,
+            horizon_s=horizon_s,
+        )
+    )
+    Console().print_json(json.dumps(summary))

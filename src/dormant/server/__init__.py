@@ -9,6 +9,22 @@ see :mod:`dormant.store.keys`), :mod:`dormant.store.tenancy` (tenant scope of th
 :mod:`.limits` (body size before parsing), :mod:`.problems` (errors as JSON).
 """
 
-from .app import ServerConfig, create_app
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import ServerConfig, create_app
 
 __all__ = ["ServerConfig", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the app (FastAPI, uvicorn) only when it is asked for, so commands that
+    never serve — ``dormant tenants``, ``dormant run``, ``dormant --help`` — do not pay
+    for loading the web stack."""
+    if name in __all__:
+        from . import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,7 @@ from :class:`BackendDefaults` (so no caller probes with ``getattr``):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,6 +42,7 @@ from ..records import (
     Claim,
     CommitPlan,
     Input,
+    JournalEntry,
     Message,
     NewInput,
     OutboxEntry,
@@ -50,10 +51,12 @@ from ..records import (
     Summary,
     Tenant,
     Thread,
+    TierSizes,
 )
 
 if TYPE_CHECKING:
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
 
 
 class SliceReader(Protocol):
@@ -159,9 +162,10 @@ class Backend(Protocol):
 
     async def apply_plan(self, plan: CommitPlan) -> None:
         """Apply a checked plan in one transaction: delete the consumed inputs, advance
-        the thread (last_seq, awaiting, tokens, summary columns, readiness; failures and
-        lease cleared), insert the summary, messages, outbox calls, child threads and
-        admissions (as :meth:`admit`).
+        the thread (last_seq, awaiting, tokens, runs, summary columns, readiness; failures
+        and lease cleared), append ``plan.state`` to the state journal (seqs after its
+        newest, ``run`` = the thread's runs after this plan), insert the summary, messages,
+        outbox calls, child threads and admissions (as :meth:`admit`).
 
         Changes nothing and raises LeaseLost when ``plan.token`` no longer holds the lease,
         NotFound when the thread is gone, StoreError when the plan does not fit the stored
@@ -253,6 +257,128 @@ class Backend(Protocol):
         (nothing deleted) while one of them holds a live lease."""
         ...
 
+    # -- the state journal (change records come with apply_plan) ----------------------
+
+    async def journal_rows(self, thread_id: str, after: int, limit: int) -> list[JournalEntry] | None:
+        """Up to ``limit`` journal entries of a thread with seq > ``after``, by seq;
+        None if the thread is missing."""
+        ...
+
+    async def newest_checkpoint(self, thread_id: str, kind: str) -> JournalEntry | None:
+        """The thread's newest *recoverable* checkpoint header of ``kind``
+        (``full`` or ``incremental``), None if none."""
+        ...
+
+    async def checkpoints_after(self, thread_id: str, after: int, limit: int) -> list[JournalEntry]:
+        """Up to ``limit`` recoverable checkpoint headers of a thread with seq > ``after``, by seq."""
+        ...
+
+    async def thread_runs(self, thread_id: str) -> int | None:
+        """How many runs the thread ended (the sum of its plans' ``runs``); None if missing."""
+        ...
+
+    async def begin_checkpoint(
+        self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str, msg_seq: int = 0
+    ) -> JournalEntry:
+        """Append a checkpoint header (seq after the journal's newest, ``run`` the
+        thread's runs, ``msg_seq`` the message seq its state goes with, not recoverable),
+        one transaction; the stored entry. NotFound if the thread is missing."""
+        ...
+
+    async def put_checkpoint_parts(self, thread_id: str, seq: int, first: int, parts: Sequence[str]) -> None:
+        """Store ``parts`` as body pieces ``first, first + 1, ...`` of checkpoint
+        ``seq``, one transaction."""
+        ...
+
+    async def checkpoint_parts(self, thread_id: str, seq: int, first: int, limit: int) -> list[str]:
+        """Up to ``limit`` body pieces of checkpoint ``seq`` from index ``first``, in order."""
+        ...
+
+    async def mark_recoverable(self, thread_id: str, seq: int) -> bool:
+        """Set ``recoverable`` on checkpoint ``seq`` if all of its parts are stored
+        (one transaction); whether it was marked."""
+        ...
+
+    # -- retention -------------------------------------------------------------------
+
+    async def shrink_tool_results(
+        self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
+    ) -> int:
+        """Cut the content of at most ``limit`` tool-result messages of a thread, oldest
+        first, among those before its ``keep`` (>= 1) newest tool results, to their first
+        ``head_chars`` characters followed by ``note`` (token count cleared: views
+        estimate it); messages already that short are left. The messages stay (every
+        call keeps its one result). The thread's refs to blobs that a cut result showed
+        and no whole one still shows are dropped, and the blobs no thread refers to any
+        more deleted. One transaction; how many were cut."""
+        ...
+
+    async def prune_history(
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+    ) -> int:
+        """Delete the thread's oldest messages: those before its ``keep_runs``-th newest
+        user message (a run's start: no call is open there), before the run of its
+        oldest whole tool result (the ``keep_tool_calls``-th newest tool result, or the
+        oldest if it has fewer) and covered by its summary (seq <= ``summary_seq``);
+        nothing in a thread that has children. Whole runs at a
+        time, as many as fit in ``limit`` messages (at least one), so no call is parted
+        from its result. Blob refs are released as by :meth:`shrink_tool_results`
+        (``note``: what a cut result ends with). One transaction; how many were deleted."""
+        ...
+
+    async def prune_dedup_keys(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` dedup keys admitted before ``before``, oldest first,
+        except those whose input is still pending or that an outbox entry names. One
+        transaction; how many."""
+        ...
+
+    async def drop_superseded(self, thread_id: str, upto_run: int, limit: int) -> int:
+        """Delete up to ``limit`` change records of runs <= ``upto_run`` that a later
+        change of the same key in the same run supersedes (one transaction); how many."""
+        ...
+
+    async def last_change_of_run(self, thread_id: str, upto_run: int) -> int | None:
+        """The seq of the newest change record of runs <= ``upto_run`` (None: none)."""
+        ...
+
+    async def full_checkpoint_upto(self, thread_id: str, upto: int) -> JournalEntry | None:
+        """The newest recoverable full checkpoint whose ``upto`` is <= ``upto``."""
+        ...
+
+    async def fold_journal(self, thread_id: str, upto: int, before: int, limit: int) -> int:
+        """Delete up to ``limit`` change records with seq <= ``upto`` and checkpoint
+        headers with seq < ``before``, and the body pieces of headers that are gone (one
+        transaction); rows deleted."""
+        ...
+
+    async def journal_seq_at(self, thread_id: str, msg_seq: int) -> int:
+        """The seq of the newest change record written when the thread's last message seq
+        was <= ``msg_seq`` (0: none)."""
+        ...
+
+    async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
+        """Insert thread ``new_id`` of ``source``'s agent, child of ``source`` at
+        ``at_seq`` (its views read ``source``'s history up to there), with one ``add``
+        change record per ``state`` key (seqs 1.., run 0); one transaction; the stored
+        row. NotFound if ``source`` is missing, UsageError if ``new_id`` exists."""
+        ...
+
+    async def tier_sizes(self, note: str) -> TierSizes:
+        """Bytes each retention tier takes (``note``: what a cut tool result ends with)."""
+        ...
+
+    async def journal_totals(self) -> tuple[float | None, int, int, int, int]:
+        """The newest recoverable checkpoint's creation time (None: none) and bytes; the
+        bytes of each thread's newest recoverable full checkpoint, of the recoverable
+        increments after them, and the count of change records after each thread's
+        newest recoverable checkpoint."""
+        ...
+
+    async def oldest_ready_at(self, now: float) -> float | None:
+        """The admission time of the oldest pending input that its (active) thread may
+        consume at ``now`` (None: none)."""
+        ...
+
     # -- blobs -----------------------------------------------------------------------
 
     async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
@@ -340,6 +466,12 @@ class Backend(Protocol):
         """Free what the database library can of the caches it holds in this process
         (the memory governor calls it under memory pressure); how many connections
         gave memory back. Fallback 0: the backend caches nothing here."""
+        ...
+
+    def memory_rows(self) -> MemoryBackend:
+        """The rows of long-term memory (issue 15) in this database, through this
+        backend's own connections, writer and error translation (open store only).
+        Every backend has it (no fallback)."""
         ...
 
 

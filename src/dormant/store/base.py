@@ -10,7 +10,7 @@ nothing is acknowledged before it is durable.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..records import (
@@ -28,12 +28,15 @@ from ..records import (
     StoreStatus,
     Tenant,
     Thread,
+    TierSizes,
     ViewLimits,
 )
 
 if TYPE_CHECKING:
     from ..cache import ViewCache
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
+    from .journal import StateJournal
     from .views import ViewReads
 
 #: Largest page any paged read returns, whatever the caller asks for.
@@ -51,6 +54,8 @@ class Store(Protocol):
     view_reads: ViewReads
     #: bytes :meth:`read_blob` returned so far (for benchmarks)
     blob_read_bytes: int
+    #: the state journal (recovery, checkpoints, paged reads); plans carry its change records
+    journal: StateJournal
 
     @property
     def commits(self) -> int:
@@ -85,6 +90,12 @@ class Store(Protocol):
         """Give back what the database library caches in this process (SQLite's page
         caches; the memory governor calls it under memory pressure). Returns how many
         connections released memory (0 for a store that caches nothing here)."""
+        ...
+
+    def memory_rows(self) -> MemoryBackend:
+        """The rows of long-term memory in this store, through the store's own
+        connections (open store only); :class:`~dormant.memory.core.MemoryCore` puts its
+        rules over them. UsageError for a store that holds no memory."""
         ...
 
     async def open(self) -> None:
@@ -231,6 +242,39 @@ class Store(Protocol):
         ...
 
     # -- blobs (see dormant.blobs) ---------------------------------------------------
+
+    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
+        """Retention: cut at most ``limit`` tool results older than the thread's ``keep``
+        newest to ``head_chars`` characters and a note (messages stay; blobs no thread
+        refers to any more are collected); how many."""
+        ...
+
+    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
+        """Retention: delete whole runs older than the thread's ``keep_runs`` newest and
+        than the run of its oldest whole tool result (its ``keep_tool_calls`` newest are
+        whole) that its summary covers (never in a thread with children), about
+        ``limit`` messages at most; how many messages."""
+        ...
+
+    async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
+        """Retention: forget up to ``limit`` dedup keys admitted before ``before`` whose
+        input was consumed and that no outbox entry names; how many."""
+        ...
+
+    async def retention_sizes(self) -> TierSizes:
+        """Bytes each retention tier takes (reads every message: not for a hot path)."""
+        ...
+
+    async def oldest_ready_at(self) -> float | None:
+        """When the oldest input a thread could consume now was admitted (None: none)."""
+        ...
+
+    async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
+        """A new thread branching from ``source`` after its message ``at_seq`` (a child:
+        its views read ``source``'s history up to there), with ``state`` journaled;
+        ``source`` is never changed. NotFound, UsageError (``new_id`` exists, ``at_seq``
+        out of range), InvalidInput (id, state)."""
+        ...
 
     async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
         """Store the concatenation of ``chunks`` (pieces of any size) as one blob that

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -23,6 +23,7 @@ from .. import inbox
 from ..blobs import read_length
 from ..cache import ViewCache
 from ..errors import InvalidInput, NotFound, StoreError, Unauthenticated, UsageError
+from ..journal import validate_changes, validate_state
 from ..records import (
     Admission,
     ApiKey,
@@ -39,17 +40,23 @@ from ..records import (
     StoreStatus,
     Tenant,
     Thread,
+    TierSizes,
     ViewLimits,
 )
 from . import keys
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
+from .journal import StateJournal
 from .views import PendingCounts, ViewReads, load_view
 
 if TYPE_CHECKING:
     from ..doctor import Report
+    from ..memory.backend import MemoryBackend
 
 _log = logging.getLogger(__name__)
+
+#: Appended to a tool result that retention cut (:meth:`StoreCore.shrink_tool_results`).
+RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is kept]"
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
@@ -170,6 +177,8 @@ class StoreCore:
         self.pending_counts = PendingCounts()
         #: bytes read_blob returned so far (benchmarks)
         self.blob_read_bytes = 0
+        #: the state journal: recovery, checkpoints, paged reads (change records come with plans)
+        self.journal = StateJournal(backend)
 
     # -- lifecycle and abilities ---------------------------------------------------------
 
@@ -217,6 +226,11 @@ class StoreCore:
         """Free the backend's in-process database caches (memory pressure); how many
         connections released memory. The view cache is the governor's to shrink."""
         return await self.backend.release_memory()
+
+    def memory_rows(self) -> MemoryBackend:
+        """Long-term memory's rows in this store (the backend's; the rules are
+        :class:`~dormant.memory.core.MemoryCore`'s, put over them by the caller)."""
+        return self.backend.memory_rows()
 
     # -- threads ---------------------------------------------------------------------
 
@@ -294,6 +308,9 @@ class StoreCore:
         """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""
         check_plan(plan)
         validate(plan.admissions, self.max_input_bytes)
+        validate_changes(plan.state)
+        if plan.runs < 0:
+            raise UsageError("a plan cannot end a negative number of runs")
         counts = self.pending_counts.take(plan.thread_id)
         try:
             if counts:
@@ -418,6 +435,60 @@ class StoreCore:
         if tenant is None:
             return await self.backend.status()
         return await self.backend.tenant_status(tenant)
+
+    # -- retention -------------------------------------------------------------------
+
+    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
+        """Cut old tool results of a thread to their head (see
+        :meth:`Backend.shrink_tool_results`); how many were cut. Its cached views go."""
+        if keep < 1 or head_chars < 0 or limit < 1:
+            raise UsageError("keep and limit must be >= 1, head_chars >= 0")
+        cut = await self.backend.shrink_tool_results(thread_id, keep, head_chars, RETENTION_NOTE, limit)
+        if cut:
+            self.views.discard(thread_id)
+        return cut
+
+    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
+        """Delete the thread's oldest runs that its summary covers, keeping its
+        ``keep_runs`` newest and those of its ``keep_tool_calls`` newest tool results
+        (see :meth:`Backend.prune_history`); how many messages."""
+        if min(keep_runs, keep_tool_calls, limit) < 1:
+            raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
+        deleted = await self.backend.prune_history(
+            thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit
+        )
+        if deleted:
+            self.views.discard(thread_id)
+        return deleted
+
+    async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
+        """Forget up to ``limit`` dedup keys admitted before ``before`` (their inputs
+        consumed): a redelivery of one is admitted again; how many."""
+        if limit < 1:
+            raise UsageError("limit must be >= 1")
+        return await self.backend.prune_dedup_keys(before, limit)
+
+    async def retention_sizes(self) -> TierSizes:
+        """Bytes each retention tier takes (reads every message: for metrics and budgets, not per slice)."""
+        return await self.backend.tier_sizes(RETENTION_NOTE)
+
+    async def oldest_ready_at(self) -> float | None:
+        """When the oldest input a thread could consume now was admitted (None: none)."""
+        return await self.backend.oldest_ready_at(self.clock())
+
+    async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
+        """A new thread branching from ``source`` after its message ``at_seq`` (its views
+        read ``source``'s history up to there, which stays as it is), with key/value
+        ``state`` (JSON text values) journaled; one transaction. NotFound if ``source`` is
+        missing, UsageError if ``new_id`` exists or ``at_seq`` is not in 0..last_seq,
+        InvalidInput for a bad id or state."""
+        thread = await self.get_thread(source)
+        if not 0 <= at_seq <= thread.last_seq:
+            raise UsageError(f"at_seq must be in 0..{thread.last_seq}, not {at_seq}")
+        if not new_id or len(new_id.encode()) > inbox.MAX_THREAD_ID_BYTES:
+            raise InvalidInput(f"thread id must be 1..{inbox.MAX_THREAD_ID_BYTES} bytes")
+        validate_state(state)
+        return await self.backend.fork_thread(source, new_id, at_seq, state)
 
     # -- blobs -----------------------------------------------------------------------
 

@@ -13,10 +13,12 @@ import hmac
 import re
 import secrets
 
-from ..errors import Unauthenticated, UsageError
+from ..errors import InvalidInput, Unauthenticated, UsageError
 
 #: Tenant names: short, printable, no spaces (they appear on command lines).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: Tenant ids: ``t`` + 12 hex digits (:func:`new_tenant_id`); ``""`` is the default tenant.
+TENANT_ID_RE = re.compile(r"^t[0-9a-f]{12}$")
 #: Prefix of every API key (lets secret scanners recognize a leaked key).
 KEY_PREFIX = "dk_"
 _KEY_RE = re.compile(r"^dk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
@@ -32,6 +34,14 @@ def check_name(name: str) -> str:
 def new_tenant_id() -> str:
     """A fresh tenant id: ``t`` + 12 hex digits (fixed length: no id is a prefix of another)."""
     return "t" + secrets.token_hex(6)
+
+
+def check_tenant_id(tenant_id: str) -> str:
+    """``tenant_id`` if it is the default tenant (``""``) or has the shape of a tenant id;
+    InvalidInput otherwise (a tenant *name* must be resolved to its id first)."""
+    if tenant_id and not TENANT_ID_RE.match(tenant_id):
+        raise InvalidInput(f"{tenant_id!r:.40} is not a tenant id (t + 12 hex digits, or '' for the default)")
+    return tenant_id
 
 
 def key_hash(salt: bytes, secret: str) -> bytes:

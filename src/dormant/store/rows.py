@@ -11,7 +11,18 @@ from typing import Any
 
 import msgspec
 
-from ..records import ApiKey, Input, Message, OutboxEntry, Priority, Summary, Tenant, Thread, ToolCall
+from ..records import (
+    ApiKey,
+    Input,
+    JournalEntry,
+    Message,
+    OutboxEntry,
+    Priority,
+    Summary,
+    Tenant,
+    Thread,
+    ToolCall,
+)
 
 THREAD_COLS = (
     "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at, "
@@ -27,9 +38,12 @@ OUTBOX_COLS = (
     "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
     "lease_token, last_error, created_at"
 )
+JOURNAL_COLS = (
+    "thread_id, seq, kind, key, value, run, upto, parts, size, digest, recoverable, created_at, msg_seq"
+)
 THREAD_WIDTH = THREAD_COLS.count(",") + 1
 #: Tables whose rows belong to a thread (``thread_id``), deleted with it.
-THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries")
+THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries", "state_journal", "state_parts")
 
 PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
 TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])
@@ -139,3 +153,22 @@ def row_key(row: Sequence[Any]) -> ApiKey:
 def row_live_key(row: Sequence[Any]) -> tuple[bytes, bytes, Tenant]:
     """A live key's (salt, digest) and its tenant (``LIVE_KEY``: salt, digest, tenant columns)."""
     return bytes(row[0]), bytes(row[1]), row_tenant(row[2:])
+
+
+def row_journal(row: Sequence[Any]) -> JournalEntry:
+    """A ``state_journal`` row (JOURNAL_COLS) as a :class:`JournalEntry`."""
+    return JournalEntry(
+        thread_id=row[0],
+        seq=row[1],
+        kind=row[2],
+        key=row[3],
+        value=row[4],
+        run=row[5],
+        upto=row[6],
+        parts=row[7],
+        size=row[8],
+        digest=row[9],
+        recoverable=bool(row[10]),
+        created_at=row[11],
+        msg_seq=row[12],
+    )

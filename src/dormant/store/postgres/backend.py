@@ -45,7 +45,10 @@ from . import sql
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
 from .heartbeat import DbClock, Heartbeat
+from .journal import PgJournal
+from .memory import PgMemoryRows, PostgresMemoryBackend, vector_schema
 from .reads import PgReads, PgSliceReader
+from .retention import PgRetention
 from .schema import migrate_schema
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
 
@@ -89,10 +92,14 @@ class PostgresBackend(BackendDefaults):
         clock: Callable[[], float] | None = None,
         heartbeat_s: float = 1.0,
         dead_after_s: float = 4.0,
+        vectors: bool = True,
     ) -> None:
         check_url(url)
         if pool_size < 1:
             raise UsageError(f"pool_size must be at least 1, not {pool_size}")
+        #: use pgvector for memory's vectors when the server has it (False: text + structure)
+        self.vectors = vectors
+        self._memory: PostgresMemoryBackend | None = None
         self.url = url
         self.pool_size = pool_size
         self.limits = WriterLimits(batch_jobs, batch_bytes, queue_jobs, queue_bytes)
@@ -119,6 +126,29 @@ class PostgresBackend(BackendDefaults):
         self.read_blob = self.blobs.read_blob
         self.sweep_blobs = self.blobs.sweep_blobs
         self.delete_threads = self.blobs.delete_threads
+        self.journal = PgJournal(self.reads, self._write, self.clock)
+        self.journal_rows = self.journal.journal_rows
+        self.newest_checkpoint = self.journal.newest_checkpoint
+        self.checkpoints_after = self.journal.checkpoints_after
+        self.thread_runs = self.journal.thread_runs
+        self.begin_checkpoint = self.journal.begin_checkpoint
+        self.put_checkpoint_parts = self.journal.put_checkpoint_parts
+        self.checkpoint_parts = self.journal.checkpoint_parts
+        self.mark_recoverable = self.journal.mark_recoverable
+        self.retention = PgRetention(self.reads, self._reads, self._write, self.clock, lock_timeout_s)
+        r = self.retention
+        self.shrink_tool_results = r.shrink_tool_results
+        self.prune_history = r.prune_history
+        self.prune_dedup_keys = r.prune_dedup_keys
+        self.drop_superseded = r.drop_superseded
+        self.last_change_of_run = r.last_change_of_run
+        self.full_checkpoint_upto = r.full_checkpoint_upto
+        self.fold_journal = r.fold_journal
+        self.journal_seq_at = r.journal_seq_at
+        self.fork_thread = r.fork_thread
+        self.tier_sizes = r.tier_sizes
+        self.journal_totals = r.journal_totals
+        self.oldest_ready_at = r.oldest_ready_at
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._writer: Writer | None = None  # None while closed
@@ -160,6 +190,7 @@ class PostgresBackend(BackendDefaults):
         conn = await self._connect()
         try:
             self._channels = channels(await migrate_schema(conn, self.url))
+            vectors = await vector_schema(conn) if self.vectors else None
             if self.db_clock is not None:
                 await self.db_clock.sync(conn, samples=3)
             pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
@@ -182,6 +213,8 @@ class PostgresBackend(BackendDefaults):
             await conn.close()
             raise
         self._pool = pool
+        rows = PgMemoryRows(asyncio.get_running_loop(), lambda: self._pool, vectors)
+        self._memory = PostgresMemoryBackend(rows)
         self._writer = Writer(conn, self._connect, self._instance, self._channels, self.limits)
         self._start_listener()
         self.heartbeat.start()
@@ -193,8 +226,16 @@ class PostgresBackend(BackendDefaults):
         if self.listen and self._subscribers and self._writer is not None and self._listener is None:
             self._listener = asyncio.create_task(self._listen_loop(), name="dormant-pg-listener")
 
+    def memory_rows(self) -> PostgresMemoryBackend:
+        """Memory's rows in this database (tables in the store's schema), through the
+        store's pool (see :mod:`.memory`)."""
+        if self._memory is None:
+            raise StoreError("the store is not open")
+        return self._memory
+
     async def close(self) -> None:
         """Let queued writes finish, stop the writer and listener, close connections."""
+        self._memory = None
         if self._writer is None:
             return
         writer = self._writer
@@ -399,6 +440,7 @@ class PostgresBackend(BackendDefaults):
             notify=(NOTIFY_OUTBOX if plan.calls else 0) | (NOTIFY_THREADS if plan.admissions else 0),
         )
         size = sum(len(m.content) for m in plan.messages) + sum(len(a.content) for a in plan.admissions)
+        size += sum(len(c.value or "") for c in plan.state)
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(job, size + 512)

@@ -39,7 +39,9 @@ CREATE TABLE threads (
     -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
     -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
     -- whose ids extend their parent's, inherit it
-    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED
+    tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED,
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
@@ -69,13 +71,17 @@ CREATE TABLE inputs (
 ) WITH (autovacuum_vacuum_scale_factor = 0.01);
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
--- Every dedup key ever admitted, for ever: a repeated (thread, key) is a duplicate.
+-- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
+-- input was consumed): a repeated (thread, key) is a duplicate.
 CREATE TABLE input_keys (
-    thread_id text COLLATE "C" NOT NULL,
-    dedup_key text COLLATE "C" NOT NULL,
-    input_id  bigint NOT NULL,
+    thread_id   text COLLATE "C" NOT NULL,
+    dedup_key   text COLLATE "C" NOT NULL,
+    input_id    bigint NOT NULL,
+    -- when its input was admitted: retention prunes keys past the dedup horizon
+    admitted_at double precision NOT NULL DEFAULT 0,
     PRIMARY KEY (thread_id, dedup_key)
 );
+CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
 
 CREATE TABLE messages (
     thread_id    text COLLATE "C" NOT NULL REFERENCES threads (id),
@@ -166,6 +172,38 @@ CREATE TABLE workers (
     heartbeat_at timestamptz NOT NULL
 );
 
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   text COLLATE "C" NOT NULL REFERENCES threads (id),
+    seq         bigint NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         text,
+    value       text,
+    run         bigint NOT NULL DEFAULT 0,
+    upto        bigint NOT NULL DEFAULT 0,
+    parts       integer NOT NULL DEFAULT 0,
+    size        bigint NOT NULL DEFAULT 0,
+    digest      text,
+    recoverable boolean NOT NULL DEFAULT false,
+    created_at  double precision NOT NULL,
+    -- the thread's last message seq when written (fork and rewind branch there)
+    msg_seq     bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE INDEX state_journal_keys ON state_journal (thread_id, key, seq) WHERE key IS NOT NULL;
+CREATE TABLE state_parts (
+    thread_id text COLLATE "C" NOT NULL,
+    seq       bigint NOT NULL,
+    idx       integer NOT NULL,
+    data      text NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
+);
+
 -- Admit one input. A known (thread, key) changes nothing and answers the first input's
 -- id with r_duplicate = true. The sort key is computed by the caller (dormant.inbox).
 CREATE FUNCTION dormant_admit_one(
@@ -185,8 +223,8 @@ BEGIN
     END IF;
     -- the key row first: a concurrent admission of the same key waits here, then
     -- sees a conflict and reads the winner's id below (each statement has a new snapshot)
-    INSERT INTO input_keys AS k (thread_id, dedup_key, input_id)
-    VALUES (p_thread, p_key, nextval('input_ids'))
+    INSERT INTO input_keys AS k (thread_id, dedup_key, input_id, admitted_at)
+    VALUES (p_thread, p_key, nextval('input_ids'), p_now)
     ON CONFLICT DO NOTHING
     RETURNING k.input_id INTO r_input_id;
     IF r_input_id IS NULL THEN
@@ -322,6 +360,7 @@ BEGIN
         awaiting = v_awaiting, failures = 0, error = NULL,
         lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = p_now,
         tokens = t.tokens + v_tokens,
+        runs = t.runs + coalesce((p_plan ->> 'runs')::bigint, 0),
         summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
         summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i
@@ -329,6 +368,15 @@ BEGIN
         ready_at = (SELECT min(i.not_before) FROM inputs i
                     WHERE i.thread_id = v_thread AND (v_awaiting = 0 OR i.kind = 'tool_result'))
     WHERE t.id = v_thread;
+    IF jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN
+        -- state change records, numbered after the journal's newest (the thread row is locked)
+        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
+        SELECT v_thread,
+               (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
+               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value', t.runs, p_now, t.last_seq
+        FROM threads t, jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n)
+        WHERE t.id = v_thread;
+    END IF;
     IF jsonb_array_length(p_plan -> 'admissions') > 0 THEN
         PERFORM 1 FROM dormant_admit(p_plan -> 'admissions', p_sort_keys, p_now);
     END IF;
@@ -495,3 +543,84 @@ CREATE TABLE api_keys (
     revoked_at double precision
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
+
+-- long-term memory (issue 15; migrations/0007_memory_records.sql): records are never deleted,
+-- supersession and forget set invalid_at; the pgvector column is added on first use.
+CREATE TABLE memory_records (
+    rid            bigserial PRIMARY KEY,
+    id             text COLLATE "C" NOT NULL UNIQUE,
+    tenant         text COLLATE "C" NOT NULL,
+    subject        text COLLATE "C" NOT NULL,
+    kind           text NOT NULL,
+    text           text NOT NULL,
+    tags           jsonb NOT NULL DEFAULT '{}',
+    key_tag        text,
+    agent          text,
+    thread         text,
+    importance     double precision NOT NULL,
+    source_thread  text,
+    source_seq     bigint,
+    created_at     double precision NOT NULL,
+    valid_from     double precision NOT NULL,
+    invalid_at     double precision,
+    last_access_at double precision,
+    access_count   bigint NOT NULL DEFAULT 0,
+    content_hash   text NOT NULL,
+    fts            tsvector NOT NULL
+);
+CREATE INDEX memory_records_scope ON memory_records (tenant, subject, created_at);
+CREATE INDEX memory_records_key
+    ON memory_records (tenant, subject, kind, key_tag) WHERE invalid_at IS NULL AND key_tag IS NOT NULL;
+-- exact duplicates among the valid records of a subject are merged, not stored twice
+CREATE UNIQUE INDEX memory_records_hash
+    ON memory_records (tenant, subject, content_hash) WHERE invalid_at IS NULL;
+CREATE INDEX memory_records_fts ON memory_records USING gin (fts);
+
+CREATE TABLE memory_history (
+    seq       bigserial PRIMARY KEY,
+    tenant    text COLLATE "C" NOT NULL,
+    op        text NOT NULL,
+    subject   text COLLATE "C" NOT NULL,
+    record_id text COLLATE "C",
+    actor     text NOT NULL,
+    at        double precision NOT NULL,
+    detail    text NOT NULL DEFAULT ''
+);
+CREATE INDEX memory_history_subject ON memory_history (tenant, subject, seq);
+CREATE INDEX memory_history_record ON memory_history (record_id, seq);
+
+-- explicit links between binding keys (stored in both directions); only these widen a scope
+CREATE TABLE memory_links (
+    tenant     text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    other      text COLLATE "C" NOT NULL,
+    created_at double precision NOT NULL,
+    PRIMARY KEY (tenant, key, other)
+);
+-- a moved subject: writes to the old key land on the new one
+CREATE TABLE memory_moves (
+    tenant   text COLLATE "C" NOT NULL,
+    old_key  text COLLATE "C" NOT NULL,
+    new_key  text COLLATE "C" NOT NULL,
+    moved_at double precision NOT NULL,
+    PRIMARY KEY (tenant, old_key)
+);
+-- partial identity -> binding keys (a phone's own hash -> every key bound with that phone)
+CREATE TABLE memory_identity (
+    tenant    text COLLATE "C" NOT NULL,
+    part      text COLLATE "C" NOT NULL,
+    part_hash text COLLATE "C" NOT NULL,
+    key       text COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant, part, part_hash, key)
+);
+CREATE TABLE memory_dictionary (
+    tenant text COLLATE "C" NOT NULL,
+    grp    integer NOT NULL,
+    pos    integer NOT NULL,
+    term   text NOT NULL,
+    PRIMARY KEY (tenant, grp, pos)
+);
+CREATE TABLE memory_meta (
+    name  text COLLATE "C" PRIMARY KEY,
+    value text NOT NULL
+);

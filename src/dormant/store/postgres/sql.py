@@ -8,7 +8,15 @@ backend holds SQL text.
 
 from __future__ import annotations
 
-from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
+from ..rows import (
+    INPUT_COLS,
+    JOURNAL_COLS,
+    MESSAGE_COLS,
+    OUTBOX_COLS,
+    SUMMARY_COLS,
+    THREAD_COLS,
+    THREAD_TABLES,
+)
 
 # The multi-row operations take their records as one jsonb document (msgspec encoding).
 ADMIT = "SELECT r_input_id, r_duplicate FROM dormant_admit(%s::jsonb, %s::float8[], %s::float8)"
@@ -130,7 +138,8 @@ TABLE_BYTES = """
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
   AND c.relname IN ('threads', 'inputs', 'input_keys', 'messages', 'outbox', 'schema_version',
-                    'summaries', 'blobs', 'blob_chunks', 'blob_refs', 'workers')
+                    'summaries', 'blobs', 'blob_chunks', 'blob_refs', 'workers',
+                    'state_journal', 'state_parts')
 """
 
 # -- schema ---------------------------------------------------------------------------
@@ -324,4 +333,170 @@ SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
             WHERE thread_id = %(thread)s AND seq < %(after)s ORDER BY seq DESC LIMIT %(limit)s) a) b
     WHERE upto <= %(max_bytes)s OR n <= 2)
 ORDER BY seq DESC
+"""
+
+# -- the state journal (issue 17.3); change records are written by dormant_commit_slice
+THREAD_RUNS = "SELECT runs FROM threads WHERE id = %s"
+# A checkpoint header, not recoverable yet, numbered after the journal's newest (the
+# writer locked the thread row first).
+BEGIN_CHECKPOINT = f"""
+INSERT INTO state_journal (thread_id, seq, kind, run, upto, parts, size, digest, created_at, msg_seq)
+SELECT t.id, (SELECT coalesce(max(j.seq), 0) + 1 FROM state_journal j WHERE j.thread_id = t.id),
+       %(kind)s, t.runs, %(upto)s, %(parts)s, %(size)s, %(digest)s, %(now)s, %(msg_seq)s
+FROM threads t WHERE t.id = %(id)s
+RETURNING {JOURNAL_COLS}
+"""
+INSERT_PARTS = """
+INSERT INTO state_parts (thread_id, seq, idx, data)
+SELECT %s, %s, %s + p.n - 1, p.data FROM unnest(%s::text[]) WITH ORDINALITY AS p (data, n)
+"""
+MARK_RECOVERABLE = """
+UPDATE state_journal SET recoverable = true
+WHERE thread_id = %(id)s AND seq = %(seq)s AND kind IN ('full', 'incremental')
+  AND parts = (SELECT count(*) FROM state_parts WHERE thread_id = %(id)s AND seq = %(seq)s)
+"""
+JOURNAL_PAGE = (
+    f"SELECT {JOURNAL_COLS} FROM state_journal WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+NEWEST_CHECKPOINT = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = %s AND kind = %s AND recoverable ORDER BY seq DESC LIMIT 1
+"""
+CHECKPOINTS_AFTER = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = %s AND kind IN ('full', 'incremental') AND recoverable AND seq > %s
+ORDER BY seq LIMIT %s
+"""
+PARTS_PAGE = (
+    "SELECT data FROM state_parts WHERE thread_id = %s AND seq = %s AND idx >= %s ORDER BY idx LIMIT %s"
+)
+
+# -- retention tiers (issue 17.2); see the SQLite statements of the same names ---------
+SHRINK_PICK = """
+SELECT m.seq,
+       CASE WHEN left(m.content, %(plen)s) = %(line)s THEN substr(m.content, %(plen)s + 1, %(rlen)s) END
+FROM messages m
+WHERE m.thread_id = %(id)s AND m.role = 'tool' AND length(m.content) > %(head)s + length(%(note)s)
+  AND m.seq < coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = %(id)s AND k.role = 'tool'
+                        ORDER BY k.seq DESC LIMIT 1 OFFSET %(keep)s - 1), 0)
+ORDER BY m.seq LIMIT %(limit)s
+FOR UPDATE OF m
+"""
+SHRINK_SEQS = """
+UPDATE messages SET content = left(content, %(head)s) || %(note)s, tokens = NULL
+WHERE thread_id = %(id)s AND seq = ANY (%(seqs)s)
+"""
+REF_SHOWN = """
+SELECT 1 FROM messages
+WHERE thread_id = %(id)s AND role = 'tool' AND left(content, length(%(shown)s)) = %(shown)s
+  AND right(content, length(%(note)s)) <> %(note)s LIMIT 1
+"""
+DROP_REF = "DELETE FROM blob_refs WHERE thread_id = %s AND ref = %s"
+HISTORY_BOUND = """
+WITH w AS (
+  SELECT coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = %(id)s AND k.role = 'tool'
+                   ORDER BY k.seq DESC LIMIT 1 OFFSET %(tools)s - 1),
+                  (SELECT min(k.seq) FROM messages k WHERE k.thread_id = %(id)s AND k.role = 'tool')) AS seq)
+SELECT least(t.summary_seq + 1,
+             coalesce((SELECT m.seq FROM messages m WHERE m.thread_id = t.id AND m.role = 'user'
+                       ORDER BY m.seq DESC LIMIT 1 OFFSET %(runs)s - 1), 0),
+             CASE WHEN w.seq IS NULL THEN t.summary_seq + 1
+                  ELSE coalesce((SELECT max(u.seq) FROM messages u
+                                 WHERE u.thread_id = t.id AND u.role = 'user' AND u.seq <= w.seq), 0) END),
+       (SELECT min(m.seq) FROM messages m WHERE m.thread_id = t.id)
+FROM threads t, w WHERE t.id = %(id)s AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = t.id)
+"""
+RUN_STARTS = """
+SELECT min(seq), max(seq) FROM messages WHERE thread_id = %s AND role = 'user' AND seq > %s AND seq <= %s
+"""
+HISTORY_REFS = """
+SELECT DISTINCT substr(content, %(plen)s + 1, %(rlen)s) FROM messages
+WHERE thread_id = %(id)s AND seq < %(cut)s AND role = 'tool' AND left(content, %(plen)s) = %(line)s
+"""
+DROP_HISTORY = "DELETE FROM messages WHERE thread_id = %s AND seq < %s"
+PRUNE_KEYS = """
+DELETE FROM input_keys WHERE (thread_id, dedup_key) IN (
+  SELECT k.thread_id, k.dedup_key FROM input_keys k
+  WHERE k.admitted_at < %(before)s
+    AND NOT EXISTS (SELECT 1 FROM inputs i WHERE i.id = k.input_id)
+    AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.thread_id = k.thread_id AND o.call_id = k.dedup_key)
+  ORDER BY k.admitted_at LIMIT %(limit)s
+  FOR UPDATE OF k SKIP LOCKED)
+"""
+DROP_SUPERSEDED = """
+DELETE FROM state_journal WHERE thread_id = %(id)s AND seq IN (
+  SELECT j.seq FROM state_journal j
+  WHERE j.thread_id = %(id)s AND j.key IS NOT NULL AND j.run <= %(run)s
+    AND EXISTS (SELECT 1 FROM state_journal l WHERE l.thread_id = %(id)s AND l.key = j.key
+                AND l.seq > j.seq AND l.run = j.run)
+  ORDER BY j.seq LIMIT %(limit)s)
+"""
+LAST_CHANGE_OF_RUN = (
+    "SELECT max(seq) FROM state_journal WHERE thread_id = %s AND key IS NOT NULL AND run <= %s"
+)
+FULL_UPTO = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = %s AND kind = 'full' AND recoverable AND upto <= %s ORDER BY seq DESC LIMIT 1
+"""
+FOLD_ROWS = """
+WITH gone AS (
+  DELETE FROM state_journal WHERE thread_id = %(id)s AND seq IN (
+    SELECT seq FROM state_journal WHERE thread_id = %(id)s
+      AND ((key IS NOT NULL AND seq <= %(upto)s) OR (key IS NULL AND seq < %(before)s))
+    ORDER BY seq LIMIT %(limit)s)
+  RETURNING seq),
+pieces AS (
+  DELETE FROM state_parts p WHERE p.thread_id = %(id)s AND p.seq < %(before)s
+    AND (p.seq IN (SELECT seq FROM gone)
+         OR NOT EXISTS (SELECT 1 FROM state_journal j WHERE j.thread_id = %(id)s AND j.seq = p.seq))
+  RETURNING 1)
+SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM pieces)
+"""
+JOURNAL_SEQ_AT = """
+SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = %s AND key IS NOT NULL AND msg_seq <= %s
+"""
+FORK_THREAD = f"""
+WITH t AS (
+  INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at)
+  SELECT %(new)s, s.agent, s.id, %(at)s, %(now)s, %(now)s FROM threads s WHERE s.id = %(src)s
+  ON CONFLICT (id) DO NOTHING
+  RETURNING *),
+j AS (
+  INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
+  SELECT t.id, e.n, 'add', e.k, e.v, 0, %(now)s, 0
+  FROM t, unnest(%(keys)s::text[], %(values)s::text[]) WITH ORDINALITY AS e (k, v, n))
+SELECT {THREAD_COLS} FROM t
+"""
+TIER_SIZES = """
+SELECT coalesce(sum(octet_length(content))
+                FILTER (WHERE role = 'tool' AND right(content, length(%(note)s)) <> %(note)s), 0),
+       coalesce(sum(octet_length(content))
+                FILTER (WHERE role = 'tool' AND right(content, length(%(note)s)) = %(note)s), 0),
+       coalesce(sum(octet_length(content)) FILTER (WHERE role <> 'tool'), 0),
+       (SELECT coalesce(sum(64 + coalesce(octet_length(value), 0)), 0) FROM state_journal)
+         + (SELECT coalesce(sum(octet_length(data)), 0) FROM state_parts),
+       (SELECT coalesce(sum(size), 0) FROM blobs WHERE size > 0),
+       (SELECT coalesce(sum(octet_length(thread_id) + octet_length(dedup_key) + 24), 0) FROM input_keys)
+FROM messages
+"""
+LAST_CHECKPOINT = """
+SELECT created_at, size FROM state_journal
+WHERE kind IN ('full', 'incremental') AND recoverable ORDER BY created_at DESC LIMIT 1
+"""
+_NEWEST_FULL = """
+SELECT max(g.seq) FROM state_journal g WHERE g.thread_id = {t}.thread_id AND g.kind = 'full' AND g.recoverable
+"""
+RECOVERY_READS = f"""
+SELECT
+  (SELECT coalesce(sum(f.size), 0) FROM state_journal f
+   WHERE f.kind = 'full' AND f.recoverable AND f.seq = ({_NEWEST_FULL.format(t="f")})),
+  (SELECT coalesce(sum(i.size), 0) FROM state_journal i
+   WHERE i.kind = 'incremental' AND i.recoverable AND i.seq > coalesce(({_NEWEST_FULL.format(t="i")}), 0)),
+  (SELECT count(*) FROM state_journal c WHERE c.key IS NOT NULL
+   AND c.seq > coalesce((SELECT max(g.upto) FROM state_journal g WHERE g.thread_id = c.thread_id
+                         AND g.kind IN ('full', 'incremental') AND g.recoverable), 0))
+"""
+OLDEST_READY = """
+SELECT min(i.admitted_at) FROM inputs i JOIN threads t ON t.id = i.thread_id
+WHERE t.status = 'active' AND i.not_before <= %s AND (t.awaiting = 0 OR i.kind = 'tool_result')
 """

@@ -51,17 +51,12 @@ from ..backend import BackendDefaults
 from ..rows import row_entry, row_key, row_live_key, row_message, row_tenant, row_thread
 from . import jobs, outbox, sql
 from .blobs import SQLiteBlobs
-from .connect import (
-    MEMORY_SCHEME,
-    connect,
-    file_size,
-    memory_name,
-    migrate_schema,
-    path_from_url,
-    translate,
-)
+from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
+from .journal import SQLiteJournal
+from .memory import MemoryRows
 from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader
+from .retention import SQLiteRetention
 from .writer import Conn, GroupWriter, Job
 
 if TYPE_CHECKING:
@@ -82,7 +77,7 @@ RECOVER_EVERY_S = 0.25
 log = logging.getLogger("dormant.store")
 
 
-class SQLiteBackend(BackendDefaults):
+class SQLiteBackend(SQLiteRetention, BackendDefaults):
     """The embedded default backend (``sqlite:///path``) and the in-RAM baseline (``memory://``)."""
 
     def __init__(
@@ -124,6 +119,17 @@ class SQLiteBackend(BackendDefaults):
         self._closing = False
         self._batches = ClaimBatches()
         self.blobs = SQLiteBlobs(self._write, self._read, clock)
+        self.memories = MemoryRows(self._write, self._read)  # long-term memory's rows
+        self.memory_rows = self.memories.rows
+        self.journal = SQLiteJournal(self._write, self._query, clock)
+        self.journal_rows = self.journal.journal_rows
+        self.newest_checkpoint = self.journal.newest_checkpoint
+        self.checkpoints_after = self.journal.checkpoints_after
+        self.thread_runs = self.journal.thread_runs
+        self.begin_checkpoint = self.journal.begin_checkpoint
+        self.put_checkpoint_parts = self.journal.put_checkpoint_parts
+        self.checkpoint_parts = self.journal.checkpoint_parts
+        self.mark_recoverable = self.journal.mark_recoverable
         # the lock files that prove workers of this file alive (files only)
         self._locks = WorkerLocks(self._path) if self._path is not None else None
         self._next_recovery = 0.0
@@ -234,6 +240,7 @@ class SQLiteBackend(BackendDefaults):
             queue_jobs=self.queue_jobs,
             queue_bytes=self.queue_bytes,
         )
+        self.memories.open((self._writer, self._reader))
         await self.blobs.sweep()  # what puts that never finished left more than an hour ago
         await self.recover()  # the leases of workers that died before this open
 
@@ -284,7 +291,7 @@ class SQLiteBackend(BackendDefaults):
             self._executor = None
         for conn in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
             conn.close()
-        self._reader = self._writer = None
+        self._reader = self._writer = None  # memory's rows, on _write and _read, fail from now on
         self._batches.clear()
 
     # -- dead workers (issue 12.7) ----------------------------------------------------
@@ -418,7 +425,7 @@ class SQLiteBackend(BackendDefaults):
     async def apply_plan(self, plan: CommitPlan) -> None:
         """Apply a slice plan in one transaction."""
         now = self.clock()
-        size = sum(len(m.content) for m in plan.messages) + 512
+        size = sum(len(m.content) for m in plan.messages) + sum(len(c.value or "") for c in plan.state) + 512
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)

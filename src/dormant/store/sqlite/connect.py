@@ -99,6 +99,23 @@ def connect(
         raise translate(exc) from exc
 
 
+def load_vector_extension(conn: Any) -> bool:
+    """Load sqlite-vec (memory's vector index) into ``conn``; False when it cannot be
+    loaded (not installed, or extensions disabled): memory then recalls by text +
+    structure and says so."""
+    try:
+        import sqlite_vec
+
+        conn.enable_load_extension(True)
+        try:
+            conn.load_extension(sqlite_vec.loadable_path())
+        finally:
+            conn.enable_load_extension(False)
+        return True
+    except (ImportError, apsw.Error, AttributeError):
+        return False
+
+
 def _enable_wal(conn: Any, busy_timeout_ms: int) -> None:
     """Put the file in WAL mode, waiting up to the busy timeout for other processes.
 

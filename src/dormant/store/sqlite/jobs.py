@@ -76,7 +76,7 @@ def admit_one(conn: Conn, item: NewInput, now: float) -> Admission:
         raise
     input_id = conn.last_insert_rowid()
     # the dedup key decides; a duplicate (rare) takes its just-inserted row back out
-    conn.execute(sql.INSERT_INPUT_KEY, (item.thread_id, item.dedup_key, input_id))
+    conn.execute(sql.INSERT_INPUT_KEY, (item.thread_id, item.dedup_key, input_id, now))
     if conn.changes() == 0:
         conn.execute(sql.DELETE_INPUT, (input_id,))
         known = conn.execute(sql.INPUT_OF_KEY, (item.thread_id, item.dedup_key)).fetchone()
@@ -111,6 +111,7 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
         "first_seq": messages[0].seq if messages else None,
         "last_seq": messages[-1].seq if messages else None,
         "awaiting": plan.awaiting,
+        "runs": plan.runs,
         "now": now,
         "id": plan.thread_id,
         "token": plan.token,
@@ -163,6 +164,16 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
             [
                 (plan.thread_id, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
                 for c in plan.calls
+            ],
+        )
+    if plan.state:
+        top = conn.execute(sql.JOURNAL_TOP, (plan.thread_id,)).fetchone()[0]
+        run, last = conn.execute(sql.THREAD_RUNS_SEQ, (plan.thread_id,)).fetchone()
+        conn.executemany(
+            sql.INSERT_CHANGE,
+            [
+                (plan.thread_id, top + 1 + n, c.op, c.key, c.value, run, now, last)
+                for n, c in enumerate(plan.state)
             ],
         )
     for child in plan.threads:

@@ -30,7 +30,9 @@ CREATE TABLE threads (
     -- the tenant of `dormant serve` owning the thread ('' for the library's default tenant):
     -- a tenant's thread ids start with its id (t + 12 hex digits) and '/', so children,
     -- whose ids extend their parent's, inherit it
-    tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL
+    tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL,
+    -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
+    runs              INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
@@ -57,13 +59,16 @@ CREATE TABLE inputs (
 );
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
--- Every dedup key ever admitted, for ever: a repeated (thread, key) is a duplicate.
+-- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
+-- input was consumed): a repeated (thread, key) is a duplicate.
 CREATE TABLE input_keys (
-    thread_id TEXT NOT NULL,
-    dedup_key TEXT NOT NULL,
-    input_id  INTEGER NOT NULL,
+    thread_id   TEXT NOT NULL,
+    dedup_key   TEXT NOT NULL,
+    input_id    INTEGER NOT NULL,
+    admitted_at REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (thread_id, dedup_key)
 ) WITHOUT ROWID;
+CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
 
 -- A rowid table: rows are appended in commit order, so pages stay full although
 -- threads interleave; the (thread_id, seq) index serves views and paging.
@@ -161,3 +166,123 @@ CREATE TABLE api_keys (
     revoked_at REAL
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
+
+-- long-term memory (issue 15; migrations/0005_memory_records.sql)
+CREATE TABLE memory_records (
+    rid            INTEGER PRIMARY KEY,
+    id             TEXT NOT NULL UNIQUE,
+    tenant         TEXT NOT NULL,
+    subject        TEXT NOT NULL,
+    kind           TEXT NOT NULL,
+    text           TEXT NOT NULL,
+    tags           TEXT NOT NULL DEFAULT '{}',
+    key_tag        TEXT,
+    agent          TEXT,
+    thread         TEXT,
+    importance     REAL NOT NULL,
+    source_thread  TEXT,
+    source_seq     INTEGER,
+    created_at     REAL NOT NULL,
+    valid_from     REAL NOT NULL,
+    invalid_at     REAL,
+    last_access_at REAL,
+    access_count   INTEGER NOT NULL DEFAULT 0,
+    content_hash   TEXT NOT NULL
+);
+CREATE INDEX memory_records_scope
+    ON memory_records (tenant, subject, created_at);
+CREATE INDEX memory_records_key
+    ON memory_records (tenant, subject, kind, key_tag) WHERE invalid_at IS NULL AND key_tag IS NOT NULL;
+-- exact duplicates among the valid records of a subject are merged, not stored twice
+CREATE UNIQUE INDEX memory_records_hash
+    ON memory_records (tenant, subject, content_hash) WHERE invalid_at IS NULL;
+
+CREATE TABLE memory_history (
+    seq       INTEGER PRIMARY KEY,
+    tenant    TEXT NOT NULL,
+    op        TEXT NOT NULL,
+    subject   TEXT NOT NULL,
+    record_id TEXT,
+    actor     TEXT NOT NULL,
+    at        REAL NOT NULL,
+    detail    TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX memory_history_subject ON memory_history (tenant, subject, seq);
+CREATE INDEX memory_history_record ON memory_history (record_id, seq);
+
+-- explicit links between binding keys (stored in both directions); only these widen a scope
+CREATE TABLE memory_links (
+    tenant     TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    other      TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, key, other)
+) WITHOUT ROWID;
+
+-- a moved subject: writes to the old key land on the new one
+CREATE TABLE memory_moves (
+    tenant   TEXT NOT NULL,
+    old_key  TEXT NOT NULL,
+    new_key  TEXT NOT NULL,
+    moved_at REAL NOT NULL,
+    PRIMARY KEY (tenant, old_key)
+) WITHOUT ROWID;
+
+-- partial identity → binding keys (a phone's own hash → every key bound with that phone)
+CREATE TABLE memory_identity (
+    tenant    TEXT NOT NULL,
+    part      TEXT NOT NULL,
+    part_hash TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    PRIMARY KEY (tenant, part, part_hash, key)
+) WITHOUT ROWID;
+
+CREATE TABLE memory_dictionary (
+    tenant  TEXT NOT NULL,
+    grp     INTEGER NOT NULL,
+    pos     INTEGER NOT NULL,
+    term    TEXT NOT NULL,
+    PRIMARY KEY (tenant, grp, pos)
+) WITHOUT ROWID;
+
+CREATE TABLE memory_meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- full text: scope (the binding key, as a phrase) and body (CJK pre-split), rowid = memory_records.rid
+CREATE VIRTUAL TABLE memory_fts USING fts5(
+    scope, body, content='', contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'
+);
+
+-- The state journal: per thread, change records (add/update/delete of a key, value
+-- as JSON text) written in the slice's transaction, and checkpoint headers (full or
+-- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
+-- once recoverable = 1, set after its parts were written and verified.
+CREATE TABLE state_journal (
+    thread_id   TEXT NOT NULL REFERENCES threads(id),
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('add', 'update', 'delete', 'full', 'incremental')),
+    key         TEXT,
+    value       TEXT,
+    run         INTEGER NOT NULL DEFAULT 0,
+    upto        INTEGER NOT NULL DEFAULT 0,
+    parts       INTEGER NOT NULL DEFAULT 0,
+    size        INTEGER NOT NULL DEFAULT 0,
+    digest      TEXT,
+    recoverable INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL,
+    -- the thread's last message seq when written (fork and rewind branch there)
+    msg_seq     INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
+    WHERE kind IN ('full', 'incremental');
+CREATE INDEX state_journal_keys ON state_journal (thread_id, key, seq) WHERE key IS NOT NULL;
+CREATE TABLE state_parts (
+    thread_id TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (thread_id, seq, idx)
+) WITHOUT ROWID;

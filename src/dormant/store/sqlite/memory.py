@@ -1,0 +1,593 @@
+"""The SQLite store's memory rows: the :class:`~dormant.memory.backend.MemoryBackend` of
+:class:`~dormant.store.sqlite.backend.SQLiteBackend`, reached as its ``memory_backend``.
+
+The rows live in the store's file (tables from ``migrations/0005_memory_records.sql``)
+and go through the store's connections: each write is a job of the store's
+group-committing writer (same file, same transactions, errors translated by the
+store's :func:`~dormant.store.sqlite.connect.translate`), each read runs on the
+store's reader connection. :class:`StoreRows` hands the jobs to the event loop
+the store runs on; :class:`~dormant.memory.core.MemoryCore` calls this backend from
+a worker thread (the embedder must stay off the loop), so every method blocks
+that thread until the loop ran its job. Called on the loop's own thread, it
+raises instead of deadlocking.
+
+Full text is FTS5 (contentless, ``porter unicode61``, CJK pre-split into bigrams
+by :mod:`~dormant.memory.fulltext`); vectors are a ``sqlite-vec`` ``vec0`` table
+partitioned by subject, so a scoped KNN reads one subject's vectors only. When
+the extension could not be loaded on the store's connections,
+:attr:`vector_available` is False and recall says it degraded to text + structure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import apsw
+import msgspec
+
+from ...errors import StoreError, UsageError
+from ...memory import bm25
+from ...memory.backend import AddItem, AddResult, Decide, RebindMode, Search
+from ...memory.fulltext import index_text, match_expr
+from ...memory.ranking import Candidate, FilterSpec
+from ...memory.records import MemoryChange, MemoryRecord
+from .connect import load_vector_extension
+from .memory_link import StoreRows
+from .memory_sql import COLS as _COLS
+from .memory_sql import RCOLS as _RCOLS
+from .memory_sql import VEC_CHUNK, Conn, pack, unpack
+from .memory_sql import filter_sql as _filter
+from .memory_sql import marks as _in
+from .memory_sql import scope_phrase as _scope_phrase
+from .memory_sql import to_record as _record
+
+T = TypeVar("T")
+#: A scope with at most this many rows (after the structural filter) is ranked by BM25
+#: over its rows in Python; a bigger one (tenant-wide knowledge, say) by FTS5.
+SCOPED_TEXT_ROWS = 2000
+
+
+class MemoryRows:
+    """The memory rows of one SQLite backend, built when the store opens (they need the
+    store's event loop and its open connections)."""
+
+    def __init__(
+        self, submit: Callable[[Callable[[Conn], Any], int], Awaitable[Any]], reader: Callable[[], Conn]
+    ) -> None:
+        self._submit = submit
+        self._reader = reader
+        self._backend: SQLiteMemoryBackend | None = None
+
+    def open(self, conns: Sequence[Conn]) -> None:
+        """On the store's event loop, as it opens: jobs go to ``submit`` (the store's writer
+        queue) and ``reader``; sqlite-vec is loaded into each of ``conns`` (when it cannot be,
+        :attr:`~SQLiteMemoryBackend.vector_available` is False and recall degrades)."""
+        loaded = all([load_vector_extension(conn) for conn in {id(c): c for c in conns}.values()])
+        rows = StoreRows(asyncio.get_running_loop(), self._submit, self._reader)
+        self._backend = SQLiteMemoryBackend(rows, vector_available=loaded)
+
+    def rows(self) -> SQLiteMemoryBackend:
+        """The rows of the opened store (StoreError before it was opened; once it is closed,
+        each of their operations raises StoreError: its writer and reader are gone)."""
+        if self._backend is None:
+            raise StoreError("the store is not open")
+        return self._backend
+
+
+class SQLiteMemoryBackend:
+    """Memory rows in the SQLite store's file, through the store's writer and reader."""
+
+    def __init__(self, rows: StoreRows, *, vector_available: bool) -> None:
+        self._rows = rows
+        self._vec = vector_available
+        self._dim: int | None = None
+        self._dim_read = False
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _vec_dim(self, c: Conn) -> int | None:
+        if not self._dim_read:
+            row = c.execute("SELECT value FROM memory_meta WHERE name = 'vector_dim'").fetchone()
+            self._dim = int(row[0]) if row else None
+            self._dim_read = True
+        return self._dim
+
+    def _ensure_vec(self, c: Conn, dim: int) -> None:
+        known = self._vec_dim(c)
+        if known == dim:
+            return
+        if known is not None:
+            raise UsageError(f"this memory holds {known}-d vectors; the embedder gives {dim}-d")
+        c.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS memory_vec USING vec0("
+            f"subject text partition key, embedding float[{int(dim)}] distance_metric=cosine, "
+            f"chunk_size={VEC_CHUNK})"
+        )
+        c.execute("INSERT OR REPLACE INTO memory_meta VALUES ('vector_dim', ?)", (str(dim),))
+        self._dim = dim
+
+    def _write(self, job: Callable[[Conn], T], size: int = 1024) -> T:
+        try:
+            return self._rows.write(job, size)
+        except BaseException:
+            self._dim_read = False  # a rolled-back job may have created the vector table
+            raise
+
+    def check_embedder(self, name: str, dim: int) -> None:
+        def job(c: Conn) -> None:
+            row = c.execute("SELECT value FROM memory_meta WHERE name = 'embedder'").fetchone()
+            if row is None:
+                c.execute("INSERT INTO memory_meta VALUES ('embedder', ?)", (f"{name}/{dim}",))
+            elif row[0] != f"{name}/{dim}":
+                raise UsageError(f"this memory's vectors were made by {row[0]}, not {name}/{dim}")
+
+        return self._write(job)
+
+    @property
+    def vector_available(self) -> bool:
+        return self._vec
+
+    def close(self) -> None:
+        """Nothing to release: the connections are the store's."""
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def _resolve(self, c: Conn, tenant: str, key: str) -> str:
+        for _ in range(16):
+            row = c.execute(
+                "SELECT new_key FROM memory_moves WHERE tenant = ? AND old_key = ?", (tenant, key)
+            ).fetchone()
+            if row is None:
+                return key
+            key = row[0]
+        raise StoreError(f"memory move chain of {key} is longer than 16")
+
+    def _history(
+        self,
+        c: Conn,
+        tenant: str,
+        op: str,
+        subject: str,
+        rec: str | None,
+        actor: str,
+        at: float,
+        detail: str = "",
+    ) -> None:
+        c.execute(
+            "INSERT INTO memory_history (tenant, op, subject, record_id, actor, at, detail) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (tenant, op, subject, rec, actor, at, detail),
+        )
+
+    def add_many(self, tenant: str, items: Sequence[AddItem], decide: Decide, actor: str) -> list[AddResult]:
+        def job(c: Conn) -> list[AddResult]:
+            # a fresh list per run: the writer re-runs a batch's jobs after a rollback
+            return [self._add(c, tenant, item, decide, actor) for item in items]
+
+        size = sum(len(item.record.text) + 4 * len(item.vector or ()) for item in items) + 512
+        return self._write(job, size)
+
+    def _add(self, c: Conn, tenant: str, item: AddItem, decide: Decide, actor: str) -> AddResult:
+        rec = item.record
+        subject = self._resolve(c, tenant, rec.subject)
+        if subject != rec.subject:
+            rec = msgspec.structs.replace(rec, subject=subject)
+        dup = c.execute(
+            f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject = ? AND content_hash = ? "
+            "AND invalid_at IS NULL",
+            (tenant, subject, rec.content_hash),
+        ).fetchone()
+        if dup is not None:
+            c.execute(
+                "UPDATE memory_records SET importance = max(importance, ?) WHERE rid = ?",
+                (rec.importance, dup[0]),
+            )
+            self._history(c, tenant, "update", subject, dup[1], actor, rec.created_at, "duplicate merged")
+            return AddResult(_record(dup), duplicate=True)
+        olds: list[MemoryRecord] = []
+        if item.key is not None:
+            olds = [
+                _record(r)
+                for r in c.execute(
+                    f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject = ? AND kind = ? "
+                    "AND key_tag = ? AND invalid_at IS NULL",
+                    (tenant, subject, rec.kind, item.key),
+                )
+            ]
+        if item.replaces:
+            olds += [
+                _record(r)
+                for r in c.execute(
+                    f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject = ? "
+                    f"AND invalid_at IS NULL AND id IN ({_in(item.replaces)})",
+                    (tenant, subject, *item.replaces),
+                )
+            ]
+        gone = tuple(dict.fromkeys(decide(rec, olds)))
+        for old_id in gone:
+            c.execute(
+                "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ? "
+                "AND invalid_at IS NULL",
+                (rec.valid_from, tenant, old_id),
+            )
+            self._history(c, tenant, "supersede", subject, old_id, actor, rec.created_at, f"by {rec.id}")
+        c.execute(
+            f"INSERT INTO memory_records (key_tag, {_COLS.removeprefix('rid, ')}) VALUES ({_in(range(18))})",
+            (
+                item.key,
+                rec.id,
+                tenant,
+                subject,
+                rec.kind,
+                rec.text,
+                msgspec.json.encode(rec.tags).decode(),
+                rec.agent,
+                rec.thread,
+                rec.importance,
+                rec.source_thread,
+                rec.source_seq,
+                rec.created_at,
+                rec.valid_from,
+                rec.invalid_at,
+                rec.last_access_at,
+                rec.access_count,
+                rec.content_hash,
+            ),
+        )
+        rid = c.last_insert_rowid()
+        c.execute(
+            "INSERT INTO memory_fts (rowid, scope, body) VALUES (?, ?, ?)",
+            (rid, subject, index_text(rec.text)),
+        )
+        if item.vector is not None and self._vec:
+            self._ensure_vec(c, len(item.vector))
+            c.execute(
+                "INSERT INTO memory_vec (rowid, subject, embedding) VALUES (?, ?, ?)",
+                (rid, subject, pack(item.vector)),
+            )
+        self._history(c, tenant, "add", subject, rec.id, actor, rec.created_at)
+        return AddResult(rec, superseded=gone)
+
+    def touch(self, tenant: str, accesses: Sequence[tuple[str, float]]) -> None:
+        if not accesses:
+            return
+
+        def job(c: Conn) -> None:
+            for rec_id, at in accesses:
+                c.execute(
+                    "UPDATE memory_records SET access_count = access_count + 1, "
+                    "last_access_at = max(coalesce(last_access_at, 0), ?) WHERE tenant = ? AND id = ?",
+                    (at, tenant, rec_id),
+                )
+
+        return self._write(job)
+
+    def forget(
+        self, tenant: str, keys: Sequence[str], record_id: str, now: float, actor: str, reason: str
+    ) -> bool:
+        def job(c: Conn) -> bool:
+            row = c.execute(
+                "SELECT subject FROM memory_records WHERE tenant = ? AND id = ? "
+                f"AND subject IN ({_in(keys)}) AND invalid_at IS NULL",
+                (tenant, record_id, *keys),
+            ).fetchone()
+            if row is None:
+                return False
+            c.execute(
+                "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ?",
+                (now, tenant, record_id),
+            )
+            self._history(c, tenant, "forget", row[0], record_id, actor, now, reason)
+            return True
+
+        return self._write(job)
+
+    def rebind(self, tenant: str, old: str, new: str, mode: RebindMode, now: float, actor: str) -> int:
+        def job(c: Conn) -> int:
+            if mode in ("link", "unlink"):
+                return self._link(c, tenant, old, new, mode, now, actor)
+            target = self._resolve(c, tenant, new)
+            if target == old:
+                raise UsageError("cannot move a subject onto itself")
+            dups = c.execute(
+                "SELECT a.id, b.id FROM memory_records a JOIN memory_records b ON b.tenant = a.tenant "
+                "AND b.subject = ? AND b.content_hash = a.content_hash AND b.invalid_at IS NULL "
+                "WHERE a.tenant = ? AND a.subject = ? AND a.invalid_at IS NULL",
+                (target, tenant, old),
+            ).fetchall()
+            for a_id, b_id in dups:
+                c.execute(
+                    "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ?",
+                    (now, tenant, a_id),
+                )
+                self._history(c, tenant, "merge", old, a_id, actor, now, f"duplicate of {b_id}")
+            rows = c.execute(
+                "SELECT rid, id, text FROM memory_records WHERE tenant = ? AND subject = ?", (tenant, old)
+            ).fetchall()
+            for rid, rec_id, text in rows:
+                c.execute("UPDATE memory_records SET subject = ? WHERE rid = ?", (target, rid))
+                c.execute("DELETE FROM memory_fts WHERE rowid = ?", (rid,))
+                c.execute(
+                    "INSERT INTO memory_fts (rowid, scope, body) VALUES (?, ?, ?)",
+                    (rid, target, index_text(text)),
+                )
+                if self._vec and self._vec_dim(c) is not None:
+                    vec = c.execute("SELECT embedding FROM memory_vec WHERE rowid = ?", (rid,)).fetchone()
+                    if vec is not None:
+                        c.execute("DELETE FROM memory_vec WHERE rowid = ?", (rid,))
+                        c.execute(
+                            "INSERT INTO memory_vec (rowid, subject, embedding) VALUES (?, ?, ?)",
+                            (rid, target, vec[0]),
+                        )
+                self._history(
+                    c,
+                    tenant,
+                    mode if mode == "merge" else "rebind",
+                    target,
+                    rec_id,
+                    actor,
+                    now,
+                    f"{old} -> {target}",
+                )
+            c.execute(
+                "UPDATE memory_moves SET new_key = ? WHERE tenant = ? AND new_key = ?", (target, tenant, old)
+            )
+            c.execute("INSERT OR REPLACE INTO memory_moves VALUES (?, ?, ?, ?)", (tenant, old, target, now))
+            c.execute(
+                "UPDATE OR IGNORE memory_identity SET key = ? WHERE tenant = ? AND key = ?",
+                (target, tenant, old),
+            )
+            if not rows:
+                self._history(
+                    c,
+                    tenant,
+                    mode if mode == "merge" else "rebind",
+                    target,
+                    None,
+                    actor,
+                    now,
+                    f"{old} -> {target}",
+                )
+            return len(rows)
+
+        return self._write(job)
+
+    def _link(self, c: Conn, tenant: str, a: str, b: str, mode: str, now: float, actor: str) -> int:
+        if a == b:
+            raise UsageError("cannot link a key to itself")
+        changed = 0
+        for x, y in ((a, b), (b, a)):
+            if mode == "link":
+                c.execute("INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?, ?)", (tenant, x, y, now))
+            else:
+                c.execute(
+                    "DELETE FROM memory_links WHERE tenant = ? AND key = ? AND other = ?", (tenant, x, y)
+                )
+            changed += c.changes()
+        if changed:
+            self._history(c, tenant, mode, a, None, actor, now, f"{a} <-> {b}")
+        return changed // 2
+
+    def register_identity(self, tenant: str, key: str, parts: dict[str, str]) -> None:
+        def job(c: Conn) -> None:
+            for part, h in parts.items():
+                c.execute("INSERT OR IGNORE INTO memory_identity VALUES (?, ?, ?, ?)", (tenant, part, h, key))
+
+        return self._write(job)
+
+    def save_dictionary(self, tenant: str, groups: Sequence[Sequence[str]]) -> None:
+        def job(c: Conn) -> None:
+            c.execute("DELETE FROM memory_dictionary WHERE tenant = ?", (tenant,))
+            for g, terms in enumerate(groups):
+                for p, term in enumerate(terms):
+                    c.execute("INSERT INTO memory_dictionary VALUES (?, ?, ?, ?)", (tenant, g, p, term))
+
+        return self._write(job)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def load_dictionary(self, tenant: str) -> list[list[str]]:
+        def job(c: Conn) -> list[list[str]]:
+            groups: dict[int, list[str]] = {}
+            for g, term in c.execute(
+                "SELECT grp, term FROM memory_dictionary WHERE tenant = ? ORDER BY grp, pos", (tenant,)
+            ):
+                groups.setdefault(g, []).append(term)
+            return list(groups.values())
+
+        return self._rows.read(job)
+
+    def keys_for_part(self, tenant: str, part: str, part_hash: str, after: str, limit: int) -> list[str]:
+        def job(c: Conn) -> list[str]:
+            return [
+                k
+                for (k,) in c.execute(
+                    "SELECT key FROM memory_identity WHERE tenant = ? AND part = ? AND part_hash = ? "
+                    "AND key > ? ORDER BY key LIMIT ?",
+                    (tenant, part, part_hash, after, limit),
+                )
+            ]
+
+        return self._rows.read(job)
+
+    def resolve_scope(self, tenant: str, keys: Sequence[str], max_keys: int) -> list[str]:
+        def job(c: Conn) -> list[str]:
+            out = list(dict.fromkeys(self._resolve(c, tenant, k) for k in keys))
+            linked = c.execute(
+                f"SELECT other FROM memory_links WHERE tenant = ? AND key IN ({_in(out)}) "
+                "ORDER BY other LIMIT ?",
+                (tenant, *out, max_keys),
+            ).fetchall()
+            return list(dict.fromkeys([*out, *(k for (k,) in linked)]))[:max_keys]
+
+        return self._rows.read(job)
+
+    def candidates(
+        self, tenant: str, keys: Sequence[str], search: Search
+    ) -> tuple[list[Candidate], list[str]]:
+        where, args = _filter(search.spec, search.now)
+
+        def job(c: Conn) -> tuple[list[Candidate], list[str]]:
+            found: dict[int, list[Any]] = {}
+            degraded: list[str] = []
+            dim = self._vec_dim(c)
+            match = match_expr([list(g) for g in search.terms]) if search.terms else None
+            scoped = self._scoped_text(c, tenant, keys, where, args, search) if match is not None else None
+            if scoped is not None:
+                for i, (row, score) in enumerate(scoped, 1):
+                    found[row[0]] = [row, i, score, None, 0.0]
+            elif match is not None:
+                rows = c.execute(
+                    f"SELECT {_RCOLS}, bm25(memory_fts, 0.0, 1.0) AS s "
+                    "FROM memory_fts JOIN memory_records r ON r.rid = memory_fts.rowid "
+                    f"WHERE memory_fts MATCH ? AND r.tenant = ? AND r.subject IN ({_in(keys)}) AND {where} "
+                    "ORDER BY s LIMIT ?",
+                    (
+                        f"scope : {_scope_phrase(keys)} AND body : ({match})",
+                        tenant,
+                        *keys,
+                        *args,
+                        search.text_limit,
+                    ),
+                ).fetchall()
+                for i, row in enumerate(rows, 1):
+                    found[row[0]] = [row[:-1], i, -row[-1], None, 0.0]
+            if search.vector is not None:
+                if not self._vec:
+                    degraded.append("vector index unavailable (sqlite-vec not loaded): text + structure only")
+                elif dim is not None and dim != len(search.vector):
+                    raise UsageError(
+                        f"this memory holds {dim}-d vectors; the query has {len(search.vector)}-d"
+                    )
+                elif dim is not None:
+                    hits = c.execute(
+                        "SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
+                        f"AND subject IN ({_in(keys)})",
+                        (pack(search.vector), search.vector_limit, *keys),
+                    ).fetchall()
+                    dist: dict[int, float] = dict(hits)
+                    if dist:
+                        rows = c.execute(
+                            f"SELECT {_COLS} FROM memory_records r WHERE rid IN ({_in(list(dist))}) "
+                            f"AND tenant = ? AND subject IN ({_in(keys)}) AND {where}",
+                            (*dist, tenant, *keys, *args),
+                        ).fetchall()
+                        rows.sort(key=lambda r: dist[r[0]])
+                        for i, row in enumerate(rows[: search.vector_limit], 1):
+                            entry = found.setdefault(row[0], [row, None, 0.0, None, 0.0])
+                            entry[3], entry[4] = i, 1.0 - dist[row[0]]
+            if search.terms is None and search.vector is None and search.recent_limit:
+                rows = c.execute(
+                    f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
+                    f"AND subject IN ({_in(keys)}) AND {where} ORDER BY created_at DESC LIMIT ?",
+                    (tenant, *keys, *args, search.recent_limit),
+                ).fetchall()
+                for row in rows:
+                    found.setdefault(row[0], [row, None, 0.0, None, 0.0])
+            return [Candidate(_record(e[0]), e[1], e[2], e[3], e[4]) for e in found.values()], degraded
+
+        return self._rows.read(job)
+
+    def _scoped_text(
+        self, c: Conn, tenant: str, keys: Sequence[str], where: str, args: list[Any], search: Search
+    ) -> list[tuple[Any, float]] | None:
+        """The text ranking of a small scope by BM25 over its rows (:mod:`~dormant.memory.bm25`),
+        best first; None when the scope holds more than :data:`SCOPED_TEXT_ROWS` rows
+        (FTS5 then ranks)."""
+        rows = c.execute(
+            f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
+            f"AND subject IN ({_in(keys)}) AND {where} LIMIT ?",
+            (tenant, *keys, *args, SCOPED_TEXT_ROWS + 1),
+        ).fetchall()
+        if len(rows) > SCOPED_TEXT_ROWS:
+            return None
+        tokenize = self._tokenizer(c)
+        phrases = [
+            tuple(t[2] for t in tokenize(index_text(term).strip().encode(), apsw.FTS5_TOKENIZE_QUERY, None))
+            for group in search.terms or ()
+            for term in group
+            if term.strip()
+        ]
+        docs = [
+            [t[2] for t in tokenize(index_text(row[5]).encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None)]
+            for row in rows
+        ]
+        ranked = [(row, s) for row, s in zip(rows, bm25.scores(docs, phrases), strict=True) if s is not None]
+        ranked.sort(key=lambda pair: (-pair[1], pair[0][0]))
+        return ranked[: search.text_limit]
+
+    def _tokenizer(self, c: Conn) -> Any:
+        """The index's own tokenizer (``porter unicode61 remove_diacritics 2``) on ``c``."""
+        return c.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
+
+    def get(
+        self, tenant: str, keys: Sequence[str], ids: Sequence[str], with_vectors: bool
+    ) -> list[MemoryRecord]:
+        if not ids:
+            return []
+
+        def job(c: Conn) -> list[MemoryRecord]:
+            rows = c.execute(
+                f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject IN ({_in(keys)}) "
+                f"AND id IN ({_in(ids)})",
+                (tenant, *keys, *ids),
+            ).fetchall()
+            out = []
+            for row in rows:
+                vec = None
+                if with_vectors and self._vec and self._vec_dim(c) is not None:
+                    v = c.execute("SELECT embedding FROM memory_vec WHERE rowid = ?", (row[0],)).fetchone()
+                    vec = unpack(v[0]) if v else None
+                out.append(_record(row, vec))
+            return out
+
+        return self._rows.read(job)
+
+    def list_records(
+        self, tenant: str, keys: Sequence[str], spec: FilterSpec, now: float, before: int | None, limit: int
+    ) -> tuple[list[MemoryRecord], int | None]:
+        where, args = _filter(spec, now)
+
+        def job(c: Conn) -> list[Any]:
+            rows: list[Any] = c.execute(
+                f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
+                f"AND subject IN ({_in(keys)}) AND {where} AND rid < ? ORDER BY rid DESC LIMIT ?",
+                (tenant, *keys, *args, before if before is not None else 2**62, limit + 1),
+            ).fetchall()
+            return rows
+
+        rows = self._rows.read(job)
+        nxt = rows[limit - 1][0] if len(rows) > limit else None
+        return [_record(r) for r in rows[:limit]], nxt
+
+    def history(
+        self, tenant: str, keys: Sequence[str], record_id: str | None, after: int, limit: int
+    ) -> list[MemoryChange]:
+        def job(c: Conn) -> list[Any]:
+            rows: list[Any]
+            if record_id is not None:
+                rows = c.execute(
+                    "SELECT h.seq, h.tenant, h.op, h.subject, h.record_id, h.actor, h.at, h.detail "
+                    "FROM memory_history h WHERE h.record_id = ? AND h.tenant = ? AND h.seq > ? AND EXISTS ("
+                    "SELECT 1 FROM memory_records r WHERE r.id = h.record_id "
+                    f"AND r.subject IN ({_in(keys)})) "
+                    "ORDER BY h.seq LIMIT ?",
+                    (record_id, tenant, after, *keys, limit),
+                ).fetchall()
+            else:
+                rows = c.execute(
+                    "SELECT seq, tenant, op, subject, record_id, actor, at, detail FROM memory_history "
+                    f"WHERE tenant = ? AND subject IN ({_in(keys)}) AND seq > ? ORDER BY seq LIMIT ?",
+                    (tenant, *keys, after, limit),
+                ).fetchall()
+            return rows
+
+        rows = self._rows.read(job)
+        return [
+            MemoryChange(
+                seq=r[0], tenant=r[1], op=r[2], subject=r[3], record_id=r[4], actor=r[5], at=r[6], detail=r[7]
+            )
+            for r in rows
+        ]

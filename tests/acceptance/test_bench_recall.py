@@ -1,0 +1,38 @@
+"""``dormant bench recall`` end to end at a tiny scale: the summary keys issue 15 names, sane figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dormant.cli import app
+
+FIGURES = {"recall_at_1", "recall_at_5", "mrr", "stale_rate", "leak_rate", "p50_ms", "p99_ms", "rss_bytes"}
+BASELINES = {"recency_only", "fulltext_only", "vector_only", "hybrid_no_decay", "hybrid_no_dictionary"}
+
+
+def test_bench_recall_writes_the_summary(tmp_path: Path) -> None:
+    out = tmp_path / "recall"
+    args = ["bench", "recall", "--memories", "400", "--subjects", "60", "--rich", "12",
+            "--embedder", "hashing", "--queries", "20", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) >= FIGURES
+    assert set(summary["baselines"]) == BASELINES
+    for fig in [summary, *summary["baselines"].values()]:
+        assert set(fig) >= FIGURES
+        for key in ("recall_at_1", "recall_at_5", "mrr", "stale_rate", "leak_rate"):
+            assert 0.0 <= fig[key] <= 1.0
+        assert fig["recall_at_1"] <= fig["recall_at_5"]
+    assert summary["leak_rate"] == 0.0
+    assert summary["rss_bytes"] > 10_000_000
+    lat = summary["details"]["latency"]
+    assert [p["records"] for p in lat["points"]] == [100, 200, 300, 400]
+    assert "stand in" in lat["embeddings"]
+    quality = summary["details"]["quality"]
+    assert quality["subjects"] == 60 and quality["queries"] > 12
+    # the hybrid ranks better than recency alone even with hashing vectors
+    assert summary["mrr"] > summary["baselines"]["recency_only"]["mrr"]

@@ -1,0 +1,46 @@
+"""``dormant gc`` on a SQLite store: old tool results are cut, the history stays paired."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dormant.cli import app
+from dormant.retention import NOTE
+from dormant.store.sqlite import SQLiteStore
+from tests.contract.test_retention import tool_turns, tools
+from tests.helpers import all_messages, check_history
+
+
+async def prepare(url: str) -> None:
+    store = SQLiteStore(url)
+    await store.open()
+    try:
+        await tool_turns(store, "t", 4, 3000)
+    finally:
+        await store.close()
+
+
+async def results(url: str) -> list[str]:
+    store = SQLiteStore(url)
+    await store.open()
+    try:
+        history = await all_messages(store, "t")
+        check_history(history)
+        return [m.content for m in tools(history)]
+    finally:
+        await store.close()
+
+
+def test_dormant_gc_cuts_old_tool_results(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/gc.db"
+    asyncio.run(prepare(url))
+    done = CliRunner().invoke(app, ["gc", "--store", url, "--keep-tool-calls", "1", "--head-chars", "20"])
+    assert done.exit_code == 0, done.output
+    assert "3 tool result(s) cut" in done.output
+    contents = asyncio.run(results(url))
+    assert [c.endswith(NOTE) for c in contents] == [True, True, True, False]
+    again = CliRunner().invoke(app, ["gc", "--store", url])
+    assert "0 tool result(s) cut" in again.output
