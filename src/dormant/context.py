@@ -5,9 +5,10 @@ had when the thread was spawned), then the newest messages that fit the budget,
 read from the newest end of the thread and, for a child thread, from its
 ancestors up to the spawn point, by reference. Messages the summary covers are
 never read. The walk stops at the first message that does not fit one of the
-bounds (tokens, message count, bytes), so a view is always a contiguous suffix
-of the history, and it never starts with a tool result whose assistant tool call
-was left out: a call and its results are kept or dropped together.
+bounds (tokens, message count, bytes; at the count it stops without reading the
+next one), so a view is always a contiguous suffix of the history, and it never
+starts with a tool result whose assistant tool call was left out: a call and its
+results are kept or dropped together.
 
 A single message over a quarter of the token or byte budget (and over 256 tokens or
 1 KiB) is shown clipped: its head and tail with a note of how much was cut from the
