@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 from .models.base import Model
+from .pages import PagePolicy
+from .subject import SubjectOptions
 from .tools import ToolBox, ToolSpec
+
+#: Most continuations of a cut reply an agent may ask for (each is a whole model call).
+MAX_CONTINUATIONS = 8
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,16 @@ class Agent:
     spawns deep may not spawn, and a thread may not spawn more than ``max_children``
     children (counted over its view and the running slice); the model is told so as a
     tool error.
+
+    ``max_continuations`` (default 0: off) lets a text reply that the output cap cut
+    (``finish_reason`` ``"length"``) be continued up to that many times in the same
+    slice: the model is shown its cut reply and asked to go on, and the pieces are stored
+    as one assistant message (marked cut only if the last piece was cut too). At most
+    :data:`MAX_CONTINUATIONS`.
+    ``pages`` is the page manager's policy (:class:`~dormant.pages.PagePolicy`; None:
+    from the runtime's settings). ``subject`` (:class:`~dormant.subject.SubjectOptions`)
+    makes the agent remember: recall before each model call, state registers, memory
+    tools, facts from compaction. None (the default): no memory, no cost.
     """
 
     name: str
@@ -33,6 +48,9 @@ class Agent:
     compaction_prompt: str | None = None
     max_spawn_depth: int = 3
     max_children: int = 8
+    max_continuations: int = 0
+    pages: PagePolicy | None = None
+    subject: SubjectOptions | None = None
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -40,7 +58,15 @@ class Agent:
             raise UsageError("an agent needs a name")
         if self.max_spawn_depth < 0 or self.max_children < 0:
             raise UsageError("max_spawn_depth and max_children must not be negative")
+        if not 0 <= self.max_continuations <= MAX_CONTINUATIONS:
+            raise UsageError(
+                f"max_continuations must be between 0 and {MAX_CONTINUATIONS}, not {self.max_continuations}"
+            )
         from .builtins import BUILTIN_TOOLS
 
         tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])
+        if self.subject is not None:
+            from .memory_tools import MEMORY_TOOLS
+
+            tools += MEMORY_TOOLS
         object.__setattr__(self, "toolbox", ToolBox(tools))

@@ -38,6 +38,7 @@ from .cli_agents import (
     ConcurrencyOpt,
     ModelOpt,
     SystemOpt,
+    WorkersOpt,
     agents_for,
     close_models,
     worker_command,
@@ -58,6 +59,7 @@ from .cli_base import (
 from .cli_chat import chat, send
 from .cli_history import export, show
 from .cli_retry import AllFailedOpt, SinceOpt, print_retry_all
+from .cli_status import model_rows
 from .config import DEFAULT_STORE
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .errors import DormantError, UsageError
@@ -183,17 +185,7 @@ def run(
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            envvar="DORMANT_WORKERS",
-            min=1,
-            max=256,
-            help="Worker processes on the store, supervised (restarted if one dies). "
-            "More hosts: run `dormant run` on each, pointed at the same PostgreSQL database.",
-        ),
-    ] = 1,
+    workers: WorkersOpt = 1,
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -441,6 +433,8 @@ def status(
         group("outbox", s.outbox_by_status, ["pending", "running", "done", "dead", "unknown"])
         table.add_row("dead letters", Text(f"{s.dead_letters:,}", style="red" if s.dead_letters else ""))
         table.add_row("messages", f"{s.messages:,}")
+        for label, value in model_rows(s):  # tokens counted by the model servers, threads waiting on one
+            table.add_row(label, value)
         table.add_row("db / wal size", f"{human_bytes(s.db_bytes)} / {human_bytes(s.wal_bytes)}")
         table.add_row("schema version", str(s.schema_version))
         out.print(table)

@@ -50,6 +50,18 @@ ConcurrencyOpt = Annotated[
         "--concurrency", envvar="DORMANT_CONCURRENCY", min=1, help="Slices running at once (default: 64)."
     ),
 ]
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        envvar="DORMANT_WORKERS",
+        min=1,
+        max=256,
+        help="Worker processes running the slices, supervised (one that dies is restarted); with "
+        "`serve`, N > 1 leaves this process serving HTTP. More hosts: run `dormant run` on each, "
+        "pointed at the same PostgreSQL database.",
+    ),
+]
 
 
 def agents_for(

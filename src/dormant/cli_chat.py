@@ -61,14 +61,26 @@ def send(
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
+    identity: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--identity",
+            envvar="DORMANT_IDENTITY",
+            help="An identity part of the sender, NAME=VALUE (repeat: --identity phone=+15550100 "
+            "--identity device=ios-1): the thread's subject, whose memory its agent uses.",
+        ),
+    ] = None,
 ) -> None:
     """Admit user text to a thread durably (it runs on the next `dormant run`)."""
+    parts = identity_parts(identity or [])
 
     async def go() -> None:
         settings = settings_for(store)
         agents = agents_for(app_spec, model, base_url, system)
         async with Runtime(settings.store, agents, settings=settings) as rt:
-            admission = await rt.send(thread, text, key=key, agent=agent, priority=Priority(priority))
+            admission = await rt.send(
+                thread, text, key=key, agent=agent, priority=Priority(priority), identity=parts or None
+            )
         if admission.duplicate:
             out.print(
                 f"duplicate: input {admission.input_id} was already admitted to thread "
@@ -81,6 +93,18 @@ def send(
             )
 
     run_async(go())
+
+
+def identity_parts(items: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` options as identity parts; exits with a usage error on a bad one."""
+    parts: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            err.print(f"--identity takes NAME=VALUE, not {item!r}")
+            raise typer.Exit(2)
+        parts[name.strip()] = value.strip()
+    return parts
 
 
 def chat(
@@ -187,6 +211,8 @@ async def chat_turn(
                     out.print(Text.assemble(("assistant: ", "bold green"), clip(message.content, max_chars)))
                 for call in message.tool_calls:
                     out.print(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
+                if message.cut:  # issue 14: the output cap stopped it (see --max-output)
+                    err.print(Text("  [the reply was cut by the output cap]", "yellow"))
             elif message.role == "tool":
                 result = clip(message.content, max_chars).replace("\n", " ⏎ ")
                 out.print(Text(f"  ← {message.name or 'tool'}: {result}", style="magenta"))
@@ -200,6 +226,8 @@ async def chat_turn(
                 "red",
             )
         )
+    elif row.wait_reason:  # the model endpoint is down: the thread waits, it has not failed
+        err.print(Text(f"the model endpoint is down; the thread waits: {row.wait_reason}", "yellow"))
     elif replies == 0:
         note = f" (last error: {row.error})" if row.error else ""
         err.print(Text(f"no reply yet; the thread will be retried by `dormant run`{note}", "yellow"))

@@ -181,6 +181,11 @@ def thread_line(row: Thread) -> Text:
     text.append(f"  {row.last_seq} messages  {row.awaiting} awaiting")
     if row.parent_id:
         text.append(f"  parent {row.parent_id}@{row.parent_seq}")
+    usage = row.usage
+    if usage.total:
+        text.append(f"  tokens {usage.prompt:,} in ({usage.cached:,} cached) / {usage.completion:,} out")
+    if row.wait_reason:
+        text.append(f"  waiting until {when(row.wait_until)}: {row.wait_reason}", style="yellow")
     if row.error:
         text.append(f"  last error: {row.error}", style="red")
     return text
@@ -198,7 +203,17 @@ def message_text(message: Message, *, max_chars: int, show_time: bool = True) ->
         text.append(f"  {when(message.created_at)}", style="dim")
     if message.source and message.source != message.role:
         text.append(f"  from {message.source}", style="dim")
+    if message.cut:
+        text.append("  [cut by the output cap]", style="bold red")
+    elif message.finish_reason not in (None, "stop", "tool_calls"):
+        text.append(f"  [finish_reason {message.finish_reason}]", style="red")
+    if message.usage is not None:
+        u = message.usage
+        text.append(f"  tokens {u.prompt:,} in ({u.cached:,} cached) / {u.completion:,} out", style="dim")
     text.append("\n")
+    if message.reasoning:
+        body = clip(message.reasoning, max_chars)
+        text.append("".join(f"  ~ {line}\n" for line in body.split("\n")), style="dim italic")
     if message.content:
         body = clip(message.content, max_chars)
         text.append("".join(f"  {line}\n" for line in body.split("\n")))

@@ -13,6 +13,7 @@ from .cli_agents import (
     ConcurrencyOpt,
     ModelOpt,
     SystemOpt,
+    WorkersOpt,
     agents_for,
     close_models,
     worker_command,
@@ -60,22 +61,31 @@ def serve_command(
             help="Threads a tenant may have, children included (0: no limit).",
         ),
     ] = 0,
+    tenant_slices: Annotated[
+        int | None,
+        typer.Option(
+            "--tenant-slices",
+            envvar="DORMANT_TENANT_SLICES",
+            min=0,
+            help="Slices one tenant may run at once over every worker (0: no cap; claims are fair "
+            "across tenants either way).",
+        ),
+    ] = None,
+    metrics_token: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-token",
+            envvar="DORMANT_METRICS_TOKEN",
+            help="Bearer token /metrics requires (unset: /metrics needs none; prefer the variable "
+            "to the flag, which `ps` shows).",
+        ),
+    ] = None,
     concurrency: ConcurrencyOpt = None,
     app_spec: AppOpt = None,
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            envvar="DORMANT_WORKERS",
-            min=1,
-            max=256,
-            help="1: this process runs the slices. N > 1: N supervised `dormant run` processes run them "
-            "and this process serves HTTP.",
-        ),
-    ] = 1,
+    workers: WorkersOpt = 1,
 ) -> None:
     """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM.
 
@@ -85,7 +95,7 @@ def serve_command(
     from .server.main import run as run_server
     from .server.main import serve_http
 
-    settings = settings_for(store, concurrency=concurrency)
+    settings = settings_for(store, concurrency=concurrency, tenant_slices=tenant_slices)
     if workers > 1 and not open_store(settings.store).persistent:
         fail(
             UsageError(
@@ -103,6 +113,7 @@ def serve_command(
             base_url=base_url,
             system=system,
         )
+        command[1]["DORMANT_TENANT_SLICES"] = str(settings.tenant_slices)
 
     async def go() -> None:
         agents = agents_for(app_spec, model, base_url, system)
@@ -111,6 +122,7 @@ def serve_command(
             poll_s=10.0 if workers == 1 else 0.5,
             tenant_admissions_per_s=tenant_rate,
             tenant_max_threads=tenant_threads,
+            metrics_token=metrics_token or None,
         )
         try:
             rt = Runtime(settings.store, agents, settings=settings)

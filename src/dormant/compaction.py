@@ -12,7 +12,7 @@ pending call stays visible and its result, when it comes, follows it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -35,7 +35,8 @@ INSTRUCTION = "Summarize the conversation so far as instructed. Reply with the s
 
 def due(load: SliceLoad, limits: ViewLimits, share: float) -> bool:
     """Whether what was written since the latest summary passes ``share`` of what a view
-    holds (never when ``share`` is 0: compaction is off).
+    holds (never when ``share`` is 0: compaction is off). The page manager
+    (:attr:`dormant.pages.PagePolicy.compact_at`, 0.85 by default) gives ``share``.
 
     A view holds ``limits.max_tokens`` (what the model's window leaves for history),
     and no more than its message and byte caps: compacting when the thread's own part
@@ -49,6 +50,11 @@ def due(load: SliceLoad, limits: ViewLimits, share: float) -> bool:
     since = thread.last_seq - thread.summary_seq
     own = load.view[load.inherited :]
     if since > share * limits.max_messages or (since and (not own or own[0].seq > thread.summary_seq + 1)):
+        return True
+    # the next view holds at most max_messages: compact now if this slice's inputs and
+    # its reply would push a message out before a summary covers it (at a share near 1
+    # and a small cap, "passes the share" alone comes one turn late)
+    if since and since + len(load.inputs) + 1 > limits.max_messages:
         return True
     if limits.counts_tokens:
         if thread.tokens_since_summary > share * limits.max_tokens:
@@ -75,7 +81,14 @@ def pending_calls(messages: Sequence[Message]) -> set[str]:
 
 
 def cut_index(
-    own: Sequence[Message], keep_tokens: int, keep_bytes: int, keep_messages: int | None = None
+    own: Sequence[Message],
+    keep_tokens: int,
+    keep_bytes: int,
+    keep_messages: int | None = None,
+    *,
+    weight: Callable[[Message], float] | None = None,
+    cap_tokens: int | None = None,
+    cap_bytes: int | None = None,
 ) -> int | None:
     """Index in ``own`` (the thread's own messages of a view, oldest first) of the last
     message to summarize, or None when no cut is allowed.
@@ -84,6 +97,11 @@ def cut_index(
     ``keep_messages`` (at least the newest message; uncounted messages count 0 tokens);
     the cut is moved earlier until the next message is not a tool result and no pending
     call is at or before it.
+
+    With ``weight`` (the page manager's information density, :mod:`dormant.pages`) a
+    message costs its tokens and bytes divided by its weight against ``keep_tokens``
+    and ``keep_bytes``, and its real tokens and bytes against ``cap_tokens`` and
+    ``cap_bytes``: dense content stays verbatim longer, within the caps.
     """
     if len(own) < 2:
         return None
@@ -91,30 +109,43 @@ def cut_index(
     first_pending = next(
         (i for i, m in enumerate(own) if any(call.id in pending for call in m.tool_calls)), len(own)
     )
+
+    def weighed(m: Message) -> tuple[float, float]:
+        w = weight(m) if weight is not None else 1.0
+        return m.tokens / w, message_bytes(m) / w
+
     start = len(own) - 1  # the first message kept
-    tokens, size = own[start].tokens, message_bytes(own[start])
+    tokens, size = weighed(own[start])
+    real_tokens, real_size = own[start].tokens, message_bytes(own[start])
     while start > 0:
         older = own[start - 1]
-        if tokens + older.tokens > keep_tokens or size + message_bytes(older) > keep_bytes:
+        t, b = weighed(older)
+        if tokens + t > keep_tokens or size + b > keep_bytes:
+            break
+        if cap_tokens is not None and real_tokens + older.tokens > cap_tokens:
+            break
+        if cap_bytes is not None and real_size + message_bytes(older) > cap_bytes:
             break
         if keep_messages is not None and len(own) - start >= keep_messages:
             break
         start -= 1
-        tokens, size = tokens + older.tokens, size + message_bytes(older)
+        tokens, size = tokens + t, size + b
+        real_tokens, real_size = real_tokens + older.tokens, real_size + message_bytes(older)
     start = min(start, first_pending)
     while start > 0 and own[start].role == "tool":
         start -= 1
     return start - 1 if start > 0 else None
 
 
-def request(load: SliceLoad, index: int, prompt: str, max_words: int) -> ModelRequest:
-    """The model request that summarizes ``load``'s view through own message ``index``."""
+def request(load: SliceLoad, index: int, prompt: str, max_words: int, extra: str = "") -> ModelRequest:
+    """The model request that summarizes ``load``'s view through own message ``index``;
+    ``extra`` is appended to the prompt (the request for facts, :mod:`dormant.facts`)."""
     covered = load.view[: load.inherited + index + 1]
     closing = Message(seq=covered[-1].seq + 1, role="user", content=INSTRUCTION, source="compaction")
     return ModelRequest(
         thread_id=load.thread.id,
         # not str.format: a custom prompt may hold other braces (a JSON example, say)
-        system=prompt.replace("{max_words}", str(max_words)),
+        system=prompt.replace("{max_words}", str(max_words)) + extra,
         messages=(*covered, closing),
         summary=load.summary.content if load.summary is not None else None,
     )

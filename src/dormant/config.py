@@ -27,6 +27,13 @@ class Settings(BaseModel):
     )
     synchronous: str = Field("NORMAL", pattern="^(NORMAL|FULL|EXTRA)$", description="SQLite sync")
     concurrency: int = Field(64, ge=1, le=10_000, description="slices running at once (C)")
+    tenant_slices: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="slices one tenant may run at once over every worker of the store (0: no cap; "
+        "claims share slices fairly between tenants either way)",
+    )
     tool_concurrency: int = Field(64, ge=1, le=10_000, description="async tool calls at once")
     lease_s: float = Field(30.0, gt=0, le=3600, description="lease length of a claimed thread")
     max_rounds: int = Field(8, ge=1, le=100, description="model rounds per slice (inline tools)")
@@ -48,7 +55,7 @@ class Settings(BaseModel):
         description="share of the prompt budget (window less output) kept free as a safety margin",
     )
     compaction_share: float = Field(
-        0.75,
+        0.85,
         ge=0,
         le=10,
         description=(

@@ -65,6 +65,8 @@ def message_bytes(message: Message) -> int:
     At least a quarter of the tokens it can cost: see :attr:`ViewLimits.counts_tokens`.
     """
     size = len(message.content) + 16
+    if message.reasoning:  # a reply of the running slice (views hold none): the adapter may send it
+        size += len(message.reasoning)
     if message.name:
         size += len(message.name)
     for call in message.tool_calls:
@@ -78,6 +80,8 @@ def token_bound(message: Message) -> int:
     each tool call (16), which :func:`~dormant.tokens.count_message` counts as at most 5
     and 8."""
     size = utf8_len(message.content) + 16
+    if message.reasoning:
+        size += utf8_len(message.reasoning)
     if message.name:
         size += utf8_len(message.name)
     for call in message.tool_calls:
@@ -112,6 +116,8 @@ def clip(message: Message, limits: ViewLimits) -> Message:
     """``message`` as a view shows it: counted if the limits count tokens, and cut to
     its head and tail when over 1/CLIP_SHARE of the token or byte budget."""
     max_bytes = clip_bytes(limits)
+    if message.reasoning and message_bytes(message) > max_bytes:
+        message = msgspec.structs.replace(message, reasoning=None)  # shown without it, not cut
     counting = limits.counts_tokens
     if counting:
         max_tokens = clip_tokens(limits)

@@ -19,7 +19,10 @@ thread's state (full checkpoints and increments read at 100 MB/s, change records
 replayed at 200,000/s). The write-up's bar for recovery is 30 s: alarm when
 ``dormant_recovery_seconds_estimate`` passes 120 (docs/retention.md). The tier sizes
 and checkpoint figures read every message and checkpoint header, so they are read at
-most once per ``retention_ttl_s`` (60 s).
+most once per ``retention_ttl_s`` (60 s). Model tokens (issue 14): the counter ``model_tokens_total``
+by kind (prompt, completion, cached) of this process's model calls, the gauge
+``stored_model_tokens`` by kind summed over the store's threads, replies cut by the
+output cap, continuations, refusals, and threads waiting on a model endpoint.
 """
 
 from __future__ import annotations
@@ -105,8 +108,20 @@ class Exporter:
                 ("tool_retries", "Async tool call retries."),
                 ("tool_failures", "Async tool calls that failed for good."),
                 ("leases_lost", "Slices whose thread lease expired or was taken (or were cancelled)."),
+                ("replies_cut", "Model replies cut by the output cap (finish_reason length)."),
+                ("continuations", "Model calls that continued a cut reply."),
+                ("refusals", "Model replies refused (content filter or refusal); the slice failed."),
             )
         }
+        self.tokens = counter(
+            "model_tokens", "Tokens the model servers counted for this process's calls.", ("kind",)
+        )
+        self.stored_tokens = gauge(
+            "stored_model_tokens",
+            "Tokens the model servers counted, summed over the store's threads.",
+            ("kind",),
+        )
+        self.waiting = gauge("threads_waiting_model", "Threads waiting on a model endpoint (outage).")
         self.outbox = gauge("outbox_entries", "Outbox entries by status.", ("status",))
         self.dead = gauge("dead_letters", "Outbox entries dead-lettered.")
         self.db_bytes = gauge("db_bytes", "Size of the database file.")
@@ -163,6 +178,8 @@ class Exporter:
             self.cache_ratio.set(c.hits / (c.hits + c.misses) if c.hits + c.misses else 0.0)
         for name, metric in self.counts.items():
             self._count(metric, getattr(rt.stats, name))
+        for kind in ("prompt", "completion", "cached"):
+            self._count(self.tokens, getattr(rt.stats, f"{kind}_tokens"), kind)
         status = await self._store_status()
         for priority, n in status.backlog_by_priority.items():
             self.backlog.labels(priority).set(n)
@@ -176,6 +193,9 @@ class Exporter:
         for name, n in status.outbox_by_status.items():
             self.outbox.labels(name).set(n)
         self.dead.set(status.dead_letters)
+        for kind in ("prompt", "completion", "cached"):
+            self.stored_tokens.labels(kind).set(status.usage.get(kind, 0))
+        self.waiting.set(status.threads_waiting)
         self.db_bytes.set(status.db_bytes)
         self.wal_bytes.set(status.wal_bytes)
         oldest = await rt.store.oldest_ready_at()

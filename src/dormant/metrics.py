@@ -64,6 +64,8 @@ class RuntimeStats:
     completions: int = 0
     compactions: int = 0
     compaction_failures: int = 0
+    facts_found: int = 0  # memories a compaction extracted or moved out (issue 16)
+    memory_write_failures: int = 0  # memories a committed slice meant but could not write
     context_overflows: int = 0  # slices retried once with a smaller view (issue 14)
     inline_calls: int = 0
     slice_failures: int = 0
@@ -71,6 +73,15 @@ class RuntimeStats:
     tool_calls: int = 0
     tool_retries: int = 0
     tool_failures: int = 0
+    #: tokens the model servers counted for this runtime's model calls (failed slices'
+    #: calls included: they were paid for), as the replies' ``usage`` said (issue 14)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    replies_cut: int = 0  # replies the output cap cut (finish_reason length)
+    continuations: int = 0  # model calls that continued a cut reply
+    refusals: int = 0  # replies refused (content filter, refusal): the slice failed
     slice_latency: LatencyRecorder = field(default_factory=LatencyRecorder)
     model_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one model call
     tool_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one tool call, inline or async
+    recall_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # a slice's registers + recall

@@ -31,6 +31,34 @@ ThreadStatus = Literal["active", "failed"]
 OutboxStatus = Literal["pending", "running", "dead", "unknown"]
 
 
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Tokens a model server counted for its completions (``cached`` is part of ``prompt``).
+
+    On an assistant message: the model call(s) that wrote it; on a thread: the sum of
+    every call its committed slices made (compaction and continuations included).
+    """
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt=self.prompt + other.prompt,
+            completion=self.completion + other.completion,
+            cached=self.cached + other.cached,
+        )
+
+    @property
+    def total(self) -> int:
+        """Prompt and completion tokens together."""
+        return self.prompt + self.completion
+
+
+#: ``finish_reason`` of a reply cut by the output cap.
+CUT = "length"
+
+
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     """One tool call requested by the model. ``arguments`` is the raw JSON text."""
 
@@ -59,6 +87,19 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     #: written before schema 2, or under limits that do not count tokens; a view whose
     #: limits count tokens counts it when it reads it)
     tokens: int = 0
+    #: an assistant message: the server's ``finish_reason`` (``"length"``: cut by the
+    #: output cap, see :attr:`cut`), None when it sent none or for other roles
+    finish_reason: str | None = None
+    #: an assistant message: the model's reasoning text, kept apart from the answer (and
+    #: sent back only to a server whose dialect asks for it), None when there was none
+    reasoning: str | None = None
+    #: an assistant message: the tokens the server counted for the call(s) that wrote it
+    usage: Usage | None = None
+
+    @property
+    def cut(self) -> bool:
+        """Whether the output cap cut this (assistant) message short."""
+        return self.finish_reason == CUT
 
 
 class NewInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +164,19 @@ class Thread(msgspec.Struct, frozen=True, kw_only=True):
     summarized_tokens: int = 0
     #: the last seq the latest compaction summary covers (0: never compacted)
     summary_seq: int = 0
+    #: tokens the model server counted for the thread's committed slices (:attr:`usage`)
+    usage_prompt: int = 0
+    usage_completion: int = 0
+    usage_cached: int = 0
+    #: why the thread waits without counting a failure (its model endpoint is down or its
+    #: circuit breaker open), and until when; None once a slice commits or fails
+    wait_reason: str | None = None
+    wait_until: float = 0.0
+
+    @property
+    def usage(self) -> Usage:
+        """The tokens the model server counted for this thread, summed."""
+        return Usage(prompt=self.usage_prompt, completion=self.usage_completion, cached=self.usage_cached)
 
     @property
     def tokens_since_summary(self) -> int:
@@ -293,6 +347,9 @@ class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     awaiting: int = 0
     #: a compaction summary written by this slice (it covers messages already stored)
     summary: Summary | None = None
+    #: the tokens of every model call this slice made (compaction included), added to
+    #: the thread's :attr:`Thread.usage`
+    usage: Usage | None = None
     #: state changes journaled in the same transaction (:class:`StateChange`)
     state: tuple[StateChange, ...] = ()
     #: runs this slice ends (an agent-declared unit; by default one per user turn)
@@ -345,6 +402,8 @@ class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
 
 #: How many agents :attr:`StoreStatus.ready_by_agent` names at most.
 READY_AGENTS_SHOWN = 20
+#: How many wait reasons :attr:`StoreStatus.waiting_by_reason` names at most.
+WAIT_REASONS_SHOWN = 5
 
 
 class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -364,6 +423,14 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: the most: a worker claims only its agents' threads, so an agent no running worker
     #: hosts shows here while its threads wait
     ready_by_agent: dict[str, int] = {}
+    #: tokens the model servers counted, summed over all threads: ``prompt``,
+    #: ``completion``, ``cached``
+    usage: dict[str, int] = {}
+    #: threads waiting on a model endpoint (outage or open circuit breaker), the latest
+    #: time one of them waits until, and the :data:`WAIT_REASONS_SHOWN` most common reasons
+    threads_waiting: int = 0
+    waiting_until: float = 0.0
+    waiting_by_reason: dict[str, int] = {}
 
 
 class TierSizes(msgspec.Struct, frozen=True, kw_only=True):

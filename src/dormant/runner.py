@@ -9,9 +9,19 @@ its ``error``, until ``dormant retry``. Attempts are counted when a slice is cla
 (:attr:`~dormant.records.Claim.attempts`), so a slice that kills its worker counts
 too: a thread claimed more than ``model_retries + 1`` times without a commit is
 marked failed without running again (a poison pill never runs without bound).
-its ``error``, until ``dormant retry``. A prompt the server refuses as over its
-window is tried once more within half the view budget before it counts; a model
-endpoint that is down (``ModelError.outage``) makes the thread wait, uncounted.
+A prompt the server refuses as over its window is tried once more within half the
+view budget before it counts; a model endpoint that is down (``ModelError.outage``)
+makes the thread wait, uncounted, with the reason and the time in its row
+(``wait_reason``, ``wait_until``) for ``dormant status``. A reply the server refused
+(content filter, refusal: ``ModelError(kind="refused")``) is never stored as an
+answer: the slice fails for good, its input stays pending, the reason is the
+thread's ``error``.
+
+What the server said about each reply is kept (issue 14): its usage on the
+assistant message and summed on the thread (compaction calls included), its
+``finish_reason`` (a reply cut by the output cap is marked cut, and with the agent's
+``max_continuations`` continued in the same slice), its reasoning apart from the
+answer.
 
 A store that cannot take the commit for now (locked by another process, full,
 overloaded) is not the thread's fault: the slice is retried later without counting a
@@ -32,7 +42,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 import msgspec
 
-from . import budget, compaction, context, logs
+from . import budget, compaction, context, facts, logs
 from .agent import Agent
 from .config import Settings
 from .errors import (
@@ -45,9 +55,12 @@ from .errors import (
     UsageError,
 )
 from .governor_loop import Governor
+from .loop_memory import LoopMemory, Prepared, SubjectMemory
+from .memory.facade import Memory
 from .metrics import RuntimeStats
-from .models.base import ModelEvent, ModelReply, ModelRequest, collect
-from .records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, ViewLimits
+from .models.base import MAX_REPLY_BYTES, ModelEvent, ModelReply, ModelRequest, collect
+from .pages import PagePolicy
+from .records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, Usage, ViewLimits
 from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .slice import InlineCall, InlineResult, Turn
 from .store.base import Store
@@ -73,10 +86,13 @@ def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
 
 
 def clean_reply(reply: ModelReply) -> ModelReply:
-    """``reply`` with its text and tool calls cleaned (:func:`~dormant.text.clean`);
-    the same object when nothing needed it (the common case: a few scans, no copy)."""
+    """``reply`` with its text, reasoning, finish reason and tool calls cleaned
+    (:func:`~dormant.text.clean`); the same object when nothing needed it (the common
+    case: a few scans, no copy)."""
     text = clean(reply.text)
-    changed = text is not reply.text
+    reasoning = clean(reply.reasoning)
+    finish = clean(reply.finish_reason) if reply.finish_reason is not None else None
+    changed = text is not reply.text or reasoning is not reply.reasoning or finish is not reply.finish_reason
     calls = []
     for call in reply.tool_calls:
         cleaned = _clean_call(call)
@@ -84,8 +100,9 @@ def clean_reply(reply: ModelReply) -> ModelReply:
         calls.append(cleaned)
     if not changed:
         return reply
-    reasoning = clean(reply.reasoning)
-    return msgspec.structs.replace(reply, text=text, tool_calls=tuple(calls), reasoning=reasoning)
+    return msgspec.structs.replace(
+        reply, text=text, tool_calls=tuple(calls), reasoning=reasoning, finish_reason=finish
+    )
 
 
 def _clean_call(call: ToolCall) -> ToolCall:
@@ -140,6 +157,7 @@ class SliceRunner:
         on_damage: Callable[[SchemaError], None],
         tool_threads: ToolThreads | None = None,
         governor: Governor | None = None,
+        memory: Callable[[], Memory] | None = None,
     ) -> None:
         self.store = store
         self.agents = agents
@@ -152,7 +170,24 @@ class SliceRunner:
         self.tool_threads = tool_threads
         self.governor = governor
         # per agent: its model's window less its output, system prompt and tool schemas
-        self.limits = {name: budget.limits_for(agent, settings) for name, agent in agents.items()}
+        #: per agent: the page manager's policy (its own, else from the settings)
+        self.pages = {
+            name: agent.pages or PagePolicy.from_settings(settings) for name, agent in agents.items()
+        }
+        #: per agent: the view's limits, less the memories and state sections of an agent
+        #: with a subject (the page manager reserves their shares of the budget)
+        full = {name: budget.limits_for(agent, settings) for name, agent in agents.items()}
+        self.limits = {
+            name: self.pages[name].view_limits(full[name], subject=agent.subject is not None)
+            for name, agent in agents.items()
+        }
+        #: per agent: tokens of its memories and state sections (0, 0 without a subject)
+        self.sections = {
+            name: self.pages[name].sections(full[name], subject=agent.subject is not None)
+            for name, agent in agents.items()
+        }
+        #: memory in the loop, for agents with a subject (issue 16); None: no memory here
+        self.loop_memory = LoopMemory(store, memory) if memory is not None else None
         self._counters: dict[str, TokenCounter] = {}
         self._names = frozenset(agents)
         self._store_errors = 0  # slices in a row that the store could not take
@@ -230,9 +265,18 @@ class SliceRunner:
         load = await self.store.load_slice(claim, limits)
         # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
         counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
+        prepared: Prepared | None = None
+        if agent.subject is not None and self.loop_memory is not None:
+            started = time.perf_counter()
+            prepared = await self.loop_memory.prepare(
+                load, agent.subject, self.sections[agent.name], agent.name
+            )
+            self.stats.recall_latency.add(time.perf_counter() - started)
         summary = None
-        if compaction.due(load, limits, self.settings.compaction_share):
-            load, summary = await self._compact(load, agent, limits, counter)
+        spent: Usage | None = None  # by the compaction call
+        found: tuple[facts.Fact, ...] = ()
+        if compaction.due(load, limits, self.pages[agent.name].compact_at):
+            load, summary, spent, found = await self._compact(load, agent, limits, counter)
         turn = Turn(
             load,
             token=claim.token,
@@ -242,14 +286,23 @@ class SliceRunner:
             now=self.clock(),
             summary=summary,
             limits=limits,
+            usage=spent,
+            sections=prepared.sections if prepared is not None else "",
         )
+        handle = prepared.handle if prepared is not None else None
         while turn.wants_model:
             reply = await self._complete(agent, turn.request(), live=True)
+            reply = await self._continue(agent, turn, reply)
             inline = turn.on_reply(reply)
             if inline:
-                turn.on_results([await self._inline(call, load.thread, agent) for call in inline])
+                turn.on_results([await self._inline(call, load.thread, agent, handle) for call in inline])
         plan = turn.plan()
+        if prepared is not None:
+            plan = prepared.finish(plan, found)  # registers in this transaction; memories queued
         await self.store.commit_slice(plan if counter is None else counted(plan, counter))
+        if prepared is not None and self.loop_memory is not None:
+            last_seq = load.thread.last_seq + len(plan.messages)
+            self.stats.memory_write_failures += await self.loop_memory.after_commit(prepared, plan, last_seq)
 
     async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
         """One model call under the model timeout; the reply cleaned. A ``live`` one (a
@@ -264,9 +317,18 @@ class SliceRunner:
         except TimeoutError:
             timeout = self.settings.model_timeout_s
             raise ModelError(f"the model did not answer within {timeout:g}s") from None
+        except ModelError as exc:
+            if exc.kind == "refused":
+                self.stats.refusals += 1
+            raise
         self.stats.completions += 1
         self.stats.model_latency.add(time.perf_counter() - started)
-        if reply.cut:  # issue 14: the output cap cut the reply; kept, but said so
+        if reply.usage is not None:
+            self.stats.prompt_tokens += reply.usage.prompt
+            self.stats.completion_tokens += reply.usage.completion
+            self.stats.cached_tokens += reply.usage.cached
+        if reply.cut:  # issue 14: the output cap cut the reply; kept, marked, maybe continued
+            self.stats.replies_cut += 1
             log.warning(
                 "model_reply_cut thread=%s: the reply hit the output cap (finish_reason length)",
                 request.thread_id,
@@ -274,28 +336,54 @@ class SliceRunner:
             )
         return clean_reply(reply)
 
+    async def _continue(self, agent: Agent, turn: Turn, reply: ModelReply) -> ModelReply:
+        """``reply`` continued while the output cap cut it, at most the agent's
+        ``max_continuations`` times (issue 14); a reply with tool calls is never
+        continued (its arguments are the model's to redo)."""
+        for _ in range(agent.max_continuations):
+            if not reply.cut or reply.tool_calls or len(reply.text) + len(reply.reasoning) >= MAX_REPLY_BYTES:
+                break
+            self.stats.continuations += 1
+            more = await self._complete(agent, turn.continuation(reply), live=True)
+            reply = reply.then(more)
+        return reply
+
     async def _compact(
         self, load: SliceLoad, agent: Agent, limits: ViewLimits, counter: TokenCounter | None
-    ) -> tuple[SliceLoad, Summary | None]:
+    ) -> tuple[SliceLoad, Summary | None, Usage | None, tuple[facts.Fact, ...]]:
         """Summarize the older part of ``load``'s view; on failure, ``load`` unchanged.
+        Also the usage of the compaction call (None when it failed or sent none: a failed
+        call's tokens are not known).
 
+        What is kept verbatim is the page manager's (:meth:`PagePolicy.keep_limits`).
+        For an agent that extracts facts, the same call returns them (:mod:`dormant.facts`);
+        they come back with the tool results the policy moves out of the summarized part.
         A failed compaction costs the slice nothing: the thread goes on with its view
         (still bounded by the budget) and compaction is tried again on its next slice.
         """
-        keep = self.settings.compaction_keep
+        policy = self.pages[agent.name]
+        keep = policy.keep_limits(limits)
+        own = load.view[load.inherited :]
         index = compaction.cut_index(
-            load.view[load.inherited :],
-            int(limits.max_tokens * keep),
-            int(limits.max_bytes * keep),
-            int(limits.max_messages * keep),  # else a view bounded only by its message cap never compacts
+            own,
+            keep.tokens,
+            keep.bytes,
+            keep.messages,
+            weight=keep.weight,
+            cap_tokens=keep.cap_tokens,
+            cap_bytes=keep.cap_bytes,
         )
         if index is None:
-            return load, None
+            return load, None, None, ()
         prompt = agent.compaction_prompt or compaction.DEFAULT_PROMPT
         max_words = max(50, getattr(agent.model, "max_output_tokens", 4096) * 2 // 3)
+        # facts become memory records of the thread's subject: none without one
+        extract = agent.subject is not None and policy.extract_facts is not False
+        extra = facts.instruction() if extract else ""
         try:
-            reply = await self._complete(agent, compaction.request(load, index, prompt, max_words))
-            if not reply.text.strip():
+            reply = await self._complete(agent, compaction.request(load, index, prompt, max_words, extra))
+            parsed = facts.split(reply.text) if extract else facts.Extraction(summary=reply.text)
+            if not parsed.summary.strip():
                 raise ModelError("the model returned an empty summary", retryable=False)
         except Exception as exc:
             self.stats.compaction_failures += 1
@@ -306,13 +394,24 @@ class SliceRunner:
                 error,
                 extra={"thread_id": load.thread.id, "error": error},
             )
-            return load, None
+            return load, None, None, ()
         self.stats.compactions += 1
-        tokens = counter.count("system", reply.text) if counter is not None else 0
-        new = compaction.summary(load, index, reply.text, tokens, self.clock())
-        return compaction.compacted(load, index, new), new
+        if parsed.problem is not None:
+            log.warning(
+                "compaction_facts_unreadable thread=%s: %s",
+                load.thread.id,
+                parsed.problem,
+                extra={"thread_id": load.thread.id, "error": parsed.problem},
+            )
+        found = parsed.facts + policy.moved_out(own[: index + 1]) if agent.subject is not None else ()
+        self.stats.facts_found += len(found)
+        tokens = counter.count("system", parsed.summary) if counter is not None else 0
+        new = compaction.summary(load, index, parsed.summary, tokens, self.clock())
+        return compaction.compacted(load, index, new), new, reply.usage, found
 
-    async def _inline(self, call: InlineCall, thread: Thread, agent: Agent) -> InlineResult:
+    async def _inline(
+        self, call: InlineCall, thread: Thread, agent: Agent, memory: SubjectMemory | None = None
+    ) -> InlineResult:
         self.stats.inline_calls += 1
         ctx = ToolContext(
             thread_id=thread.id,
@@ -328,6 +427,7 @@ class SliceRunner:
             max_spawn_depth=agent.max_spawn_depth,  # issue 14: bounded spawn_thread
             max_children=agent.max_children,
             children=call.children,
+            memory=memory,
         )
         started = time.perf_counter()
         logs.bind(call_id=call.call.id)
@@ -391,13 +491,7 @@ class SliceRunner:
             "a recorded failure (did each kill its worker?); not run again until dormant retry"
         )
         log.error("slice_poisoned", extra={"thread_id": claim.thread_id, "attempts": claim.attempts})
-        try:
-            await self.store.release(claim, error=reason, fail=True)
-        except Exception as exc:  # the lease expires; the next claim tries again
-            log.error(
-                "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
-            )
+        await self._release(claim, error=reason, fail=True)
 
     async def _model_outage(self, claim: Claim, exc: ModelError, reason: str) -> None:
         """The model endpoint is down or its circuit breaker open (issue 14): the thread
@@ -411,13 +505,7 @@ class SliceRunner:
             reason,
             extra={"thread_id": claim.thread_id, "error": reason, "retry_in_s": round(delay, 3)},
         )
-        try:
-            await self.store.release(claim, retry_at=self.clock() + delay)
-        except Exception as release_exc:
-            log.error(
-                "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
-            )
+        await self._release(claim, retry_at=self.clock() + delay, wait=reason)
 
     async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:
         """The store could not take the slice (locked, full, overloaded): not the thread's fault.
@@ -435,10 +523,23 @@ class SliceRunner:
             "slice_store_unavailable",
             extra={"thread_id": claim.thread_id, "error": error, "retry_in_s": round(delay, 3)},
         )
+        await self._release(claim, retry_at=self.clock() + delay)
+
+    async def _release(
+        self,
+        claim: Claim,
+        *,
+        retry_at: float = 0.0,
+        error: str | None = None,
+        fail: bool = False,
+        wait: str | None = None,
+    ) -> None:
+        """Release ``claim`` without committing; if the store fails, log it and let the
+        lease expire by itself (the inputs are still pending, the next claim tries again)."""
         try:
-            await self.store.release(claim, retry_at=self.clock() + delay)
-        except Exception as release_exc:
+            await self.store.release(claim, retry_at=retry_at, error=error, fail=fail, wait=wait)
+        except Exception as exc:
             log.error(
                 "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(release_exc).__name__}: {release_exc}"},
+                extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
             )

@@ -20,12 +20,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import msgspec
 
+from . import registers
 from .agent import Agent
 from .blobs import ToolOutput
 from .config import Settings
@@ -34,6 +35,7 @@ from .errors import InvalidInput, SchemaError, UsageError
 from .gctune import gc_tuned
 from .governor_loop import Governor, build_governor
 from .journal import CheckpointPolicy
+from .loop_memory import profile
 from .memory.core import MemoryCore
 from .memory.embedder import Embedder, MiniLMEmbedder
 from .memory.facade import Memory
@@ -44,7 +46,9 @@ from .retention import RetentionPolicy
 from .retention_loop import RetentionLoop
 from .runner import SliceRunner
 from .scheduler import Scheduler
-from .store import Store, open_store, store_options
+from .store import Store, open_store, store_options, tenancy
+from .store.tenancy import tenant_of
+from .subject import DEFAULT_TSR_TURNS
 from .text import stored_output
 from .tool_threads import ToolThreads
 from .urls import redact, remember
@@ -106,6 +110,7 @@ class Runtime:
             lease_s=self.settings.lease_s,
             poll_s=self.settings.poll_s,
             agents=tuple(self.agents),
+            tenant_slices=self.settings.tenant_slices,
         )
         self.dispatcher = Dispatcher(
             self.store,
@@ -137,6 +142,8 @@ class Runtime:
             on_damage=self._halt,
             tool_threads=self.tool_threads,
             governor=self.governor,
+            # memory in the loop only for agents with a subject: the others never open it
+            memory=(lambda: self.memory) if any(a.subject is not None for a in agents) else None,
         )
         # per agent: its model's window less its output, system prompt and tool schemas
         self.limits = self.runner.limits
@@ -326,15 +333,20 @@ class Runtime:
         agent: str | None = None,
         priority: Priority = Priority.P1,
         not_before: float = 0.0,
+        identity: Mapping[str, str] | None = None,
     ) -> Admission:
         """Admit user text to ``thread_id`` (created with ``agent`` if new).
 
         Returns once the input is durable. Pass ``key`` to make the send idempotent:
         the same ``(thread_id, key)`` is admitted once, whatever the retries.
+        ``identity`` (parts such as ``{"phone": ..., "device": ...}``) names the sender:
+        its binding key (:meth:`Memory.bind`) becomes the input's source, and the
+        thread's subject from the slice that takes it (issue 16).
         """
         name = agent or self.default_agent
         if name not in self.agents:
             raise UsageError(f"unknown agent {name!r}")
+        source = await self._bind(thread_id, identity) if identity else None
         item = NewInput(
             thread_id=thread_id,
             kind="user",
@@ -343,12 +355,56 @@ class Runtime:
             priority=priority,
             not_before=not_before,
             agent=name,
+            source=source,
         )
         (admission,) = await self.admit([item])
         return admission
 
-    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
-        """Admit inputs durably; see :meth:`Store.admit`.
+    async def registers(self, thread_id: str) -> dict[str, Any]:
+        """A thread's registers (issue 16): ``subject`` (its binding key or None),
+        ``turn``, ``short_term`` (the entries of its last turns, key -> value) and
+        ``long_term`` (its subject's profile, key -> value), from the committed journal
+        and memory. NotFound for a missing thread."""
+        regs = registers.read((await self.store.journal.recover(thread_id)).state)
+        agent = self.agents.get((await self.store.get_thread(thread_id)).agent)
+        turns = agent.subject.tsr_turns if agent is not None and agent.subject else DEFAULT_TSR_TURNS
+        short = {
+            k: msgspec.json.decode(v) for k, v in regs.entries if regs.turns.get(k, 0) > regs.turn - turns
+        }
+        long: dict[str, Any] = {}
+        if regs.subject is not None:
+            for key, value in await profile(await self.memory_for(thread_id), regs.subject):
+                try:
+                    long[key] = msgspec.json.decode(value)
+                except msgspec.DecodeError:
+                    long[key] = value
+        return {"subject": regs.subject, "turn": regs.turn, "short_term": short, "long_term": long}
+
+    async def rebind(self, thread_id: str, identity: Mapping[str, str]) -> str:
+        """Move thread ``thread_id``'s subject to the binding key of ``identity`` (a
+        device changed, say): the old key's memories move to the new one (audited;
+        later reads and writes through the old key land on the new one); returns the new
+        key. UsageError when the thread has no subject yet."""
+        regs = registers.read((await self.store.journal.recover(thread_id)).state)
+        if regs.subject is None:
+            raise UsageError(f"thread {thread_id!r} has no subject to rebind; send with identity=")
+        memory = await self.memory_for(thread_id)
+        new = await memory.bind(identity)
+        if new != regs.subject:
+            await memory.rebind(regs.subject, new, actor=f"thread:{thread_id}")
+        return new
+
+    async def memory_for(self, thread_id: str) -> Memory:
+        """:attr:`memory` as the tenant of ``thread_id`` sees it (its subjects live there)."""
+        tenant = tenant_of(thread_id)
+        return await self.memory.for_tenant(tenant) if tenant else self.memory
+
+    async def _bind(self, thread_id: str, identity: Mapping[str, str]) -> str:
+        return await (await self.memory_for(thread_id)).bind(identity)
+
+    async def admit(self, items: Sequence[NewInput], *, tenant: str | None = None) -> list[Admission]:
+        """Admit inputs durably; see :meth:`Store.admit` (``tenant``: the tenant every
+        input's thread must belong to, see :mod:`dormant.store.tenancy`).
 
         Tool results are refused (:class:`InvalidInput`): they answer a call in the
         outbox, through the dispatcher or :meth:`post_tool_result`, so a stray result
@@ -359,12 +415,18 @@ class Runtime:
                 raise InvalidInput("post tool results with post_tool_result(), not admit()")
         if self.governor is not None:
             self.governor.check_admission()  # Overloaded(retry_after) in a memory emergency
-        admissions = await self.store.admit(items)
+        admissions = await self.store.admit(items, tenant=tenant)
         self.scheduler.wake.set()
         return admissions
 
     async def post_tool_result(
-        self, thread_id: str, call_id: str, content: ToolOutput, *, is_error: bool = False
+        self,
+        thread_id: str,
+        call_id: str,
+        content: ToolOutput,
+        *,
+        is_error: bool = False,
+        tenant: str | None = None,
     ) -> Admission:
         """Answer an open async tool call from outside (e.g. a webhook); the first answer wins.
 
@@ -374,8 +436,9 @@ class Runtime:
         to a call the dispatcher already answered) returns ``duplicate=True``; an unknown
         call raises NotFound. See :meth:`Store.complete_call`.
         """
+        tenancy.check([thread_id], tenant)  # before a blob of the result is stored for it
         text = await stored_output(self.store, thread_id, content, self.settings.blob_threshold_bytes)
-        admission = await self.store.complete_call(thread_id, call_id, text, is_error=is_error)
+        admission = await self.store.complete_call(thread_id, call_id, text, is_error=is_error, tenant=tenant)
         self.scheduler.wake.set()
         return admission
 
@@ -387,30 +450,38 @@ class Runtime:
         limit: int = 50,
         newest_first: bool = False,
         max_bytes: int | None = None,
+        tenant: str | None = None,
     ) -> Page[Message]:
         """One page of a thread's history (at most 1,000 messages; with ``max_bytes``, at
         most that much content but one message at least)."""
         return await self.store.history(
-            thread_id, cursor=cursor, limit=limit, newest_first=newest_first, max_bytes=max_bytes
+            thread_id,
+            cursor=cursor,
+            limit=limit,
+            newest_first=newest_first,
+            max_bytes=max_bytes,
+            tenant=tenant,
         )
 
-    async def threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
-        """One page of threads."""
-        return await self.store.list_threads(cursor=cursor, limit=limit)
+    async def threads(
+        self, *, cursor: str | None = None, limit: int = 50, tenant: str | None = None
+    ) -> Page[Thread]:
+        """One page of threads (of ``tenant`` only, when given)."""
+        return await self.store.list_threads(cursor=cursor, limit=limit, tenant=tenant)
 
-    async def thread(self, thread_id: str) -> Thread:
+    async def thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """One thread's row."""
-        return await self.store.get_thread(thread_id)
+        return await self.store.get_thread(thread_id, tenant=tenant)
 
     async def status(self, tenant: str | None = None) -> StoreStatus:
         """Store-wide counts; with ``tenant``, that tenant's (see :meth:`Store.status`)."""
         return await self.store.status(tenant)
 
-    async def delete_thread(self, thread_id: str) -> int:
+    async def delete_thread(self, thread_id: str, *, tenant: str | None = None) -> int:
         """Delete a thread and its descendants with their histories and unshared blobs;
         refused (InvalidInput) while one of them is running a slice. See
         :meth:`Store.delete_thread`."""
-        return await self.store.delete_thread(thread_id)
+        return await self.store.delete_thread(thread_id, tenant=tenant)
 
     async def state(self, thread_id: str, *, at_seq: int | None = None) -> dict[str, Any]:
         """The thread's key/value state (values decoded from JSON): recovered from the
@@ -423,8 +494,8 @@ class Runtime:
         return {key: msgspec.json.decode(value) for key, value in raw.items()}
 
     async def checkpoint(self, thread_id: str) -> JournalEntry | None:
-        """Write the state checkpoint the configured policy says is due, if any
-        (``dormant gc`` and the governor's warn hook call this)."""
+        """Write the state checkpoint the configured policy says is due, if any (the
+        background retention pass and ``dormant gc`` write due checkpoints by themselves)."""
         return await self.store.journal.maybe_checkpoint(thread_id, self.checkpoints, self.clock())
 
     async def fork(self, thread_id: str, at_seq: int, *, new_id: str | None = None) -> Thread:
@@ -445,14 +516,15 @@ class Runtime:
         head, state = await self.store.journal.checkpoint_state(thread_id, seq)
         return await self.store.fork_thread(thread_id, new_id or _branch_id(thread_id), head.msg_seq, state)
 
-    async def retry(self, thread_id: str) -> Thread:
+    async def retry(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """Make a failed thread run again."""
-        thread = await self.store.retry_thread(thread_id)
+        thread = await self.store.retry_thread(thread_id, tenant=tenant)
         self.scheduler.wake.set()
         return thread
 
     async def interrupt(self, thread_id: str) -> bool:
-        """Cancel the slice of ``thread_id`` running in this process; False when none runs here.
+        """Cancel the slice of ``thread_id`` running in this process; False when none runs here
+        (a stored id: the server only names a thread the store found in the caller's tenant).
 
         The slice commits nothing (a commit already under way lands whole before the
         release, or is refused for its lost lease); its lease is released at once, so its

@@ -1,5 +1,8 @@
 """The scheduler: claims ready threads, at most C slices at once, one per thread.
 
+Claims are fair across tenants (the store shares slices out between the tenants with
+ready work) and a tenant holds at most ``tenant_slices`` leases at once (0: no cap).
+
 It claims only what it can run right now (free slots), so it never holds an
 in-memory backlog: waiting work stays in the store. Leases of running slices are
 renewed in one store call per period; a slice whose lease was lost is cancelled
@@ -55,8 +58,11 @@ class Scheduler:
         lease_s: float,
         poll_s: float,
         agents: Collection[str] | None = None,
+        tenant_slices: int = 0,
     ) -> None:
         self.store = store
+        #: leases one tenant may hold at once over every worker of the store (0: no cap)
+        self.tenant_slices = tenant_slices
         #: the agents hosted here: only their threads are claimed (None: any)
         self.agents = None if agents is None else tuple(agents)
         self.run_slice = run_slice
@@ -118,7 +124,11 @@ class Scheduler:
                 if free > 0:
                     try:
                         claims = await self.store.claim_threads(
-                            self.worker, free, self.lease_s, agents=self.agents
+                            self.worker,
+                            free,
+                            self.lease_s,
+                            agents=self.agents,
+                            tenant_slices=self.tenant_slices,
                         )
                     except SchemaError:
                         raise

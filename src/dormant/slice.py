@@ -32,8 +32,10 @@ from .records import (
     StateChange,
     Summary,
     ToolCall,
+    Usage,
     ViewLimits,
 )
+from .sections import compose
 from .tools import ToolBox, ToolSpec
 
 
@@ -62,6 +64,12 @@ class InlineResult:
 
 
 _PREFIX = {"timer": "[timer]", "event": "[event]"}
+#: What the model is asked after a reply the output cap cut, to continue it (the request
+#: shows the cut reply as the last assistant message; neither is stored as such).
+CONTINUE = (
+    "Your previous reply was cut off by the output limit. Continue it exactly where it "
+    "stopped, without repeating anything."
+)
 #: The built-in tool that spawns children, and how its success answer starts.
 SPAWN = "spawn_thread"
 SPAWNED = "spawned thread "
@@ -114,8 +122,12 @@ class Turn:
         now: float,
         summary: Summary | None = None,
         limits: ViewLimits | None = None,
+        usage: Usage | None = None,
+        sections: str = "",
     ) -> None:
         self.thread = load.thread
+        #: the state and memories sections shown after the summary (:mod:`dormant.sections`)
+        self.sections = sections
         self.limits = limits
         self.token = token
         self.system = system
@@ -126,7 +138,7 @@ class Turn:
         self._view = load.view
         self._inherited = load.inherited
         self._summary = load.summary  # the one the view starts from
-        self._usage = load.usage  # what the view weighs, if the loader knew it
+        self._view_usage = load.usage  # what the view weighs, if the loader knew it
         self._new_summary = summary  # the one this slice writes (compaction), if any
         self._new: list[Message] = []
         self._calls: list[NewCall] = []
@@ -138,6 +150,7 @@ class Turn:
         self._consumed = tuple(item.id for item in load.inputs)
         self._awaiting = self.thread.awaiting
         self._errors: list[tuple[ToolCall, str]] = []
+        self._usage = usage  # of every model call of this slice (the compaction's passed in)
         seq = self.thread.last_seq
         for item in load.inputs:
             seq += 1
@@ -163,15 +176,29 @@ class Turn:
         as head + tail, and the oldest messages drop out first (never a tool call
         without its results) until the whole request fits. The plan keeps them whole.
         """
-        messages = self._view + tuple(self._new)
+        return self._request(self._new)
+
+    def continuation(self, cut: ModelReply) -> ModelRequest:
+        """The request that asks the model to continue ``cut``, a reply the output cap cut
+        (issue 14): this round's request, then ``cut`` as an assistant message and
+        :data:`CONTINUE` as a user message (under ``limits`` like the rest; not stored)."""
+        seq = self.next_seq
+        extra = (
+            Message(seq=seq, role="assistant", content=cut.text, created_at=self.now),
+            Message(seq=seq + 1, role="user", content=CONTINUE, source="continue", created_at=self.now),
+        )
+        return self._request([*self._new, *extra])
+
+    def _request(self, new: Sequence[Message]) -> ModelRequest:
+        messages = self._view + tuple(new)
         if self.limits is not None:
-            messages = extend_view(self._view, self._new, self.limits, self._summary, self._usage)
+            messages = extend_view(self._view, new, self.limits, self._summary, self._view_usage)
         return ModelRequest(
             thread_id=self.thread.id,
             system=self.system,
             messages=messages,
             tools=self.tools.schemas,
-            summary=self._summary.content if self._summary is not None else None,
+            summary=compose(self._summary.content if self._summary is not None else None, self.sections),
         )
 
     def on_reply(self, reply: ModelReply) -> list[InlineCall]:
@@ -186,8 +213,19 @@ class Turn:
             ToolCall(id=call_id(call.id, seq, index), name=call.name, arguments=call.arguments)
             for index, call in enumerate(reply.tool_calls)
         )
+        if reply.usage is not None:
+            self._usage = reply.usage if self._usage is None else self._usage + reply.usage
         self._add(
-            Message(seq=seq, role="assistant", content=reply.text, tool_calls=calls, created_at=self.now)
+            Message(
+                seq=seq,
+                role="assistant",
+                content=reply.text,
+                tool_calls=calls,
+                created_at=self.now,
+                finish_reason=reply.finish_reason,
+                reasoning=reply.reasoning or None,
+                usage=reply.usage,
+            )
         )
         inline: list[InlineCall] = []
         errors: list[tuple[ToolCall, str]] = []
@@ -280,6 +318,7 @@ class Turn:
             admissions=tuple(self._admissions),
             awaiting=self._awaiting,
             summary=self._new_summary,
+            usage=self._usage,
             state=tuple(self._state),
             runs=self._runs,
         )

@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
 import msgspec
 import pydantic
@@ -29,6 +29,9 @@ from .blobs import CHUNK_BYTES, DEFAULT_THRESHOLD, BlobReader, ToolOutput
 from .errors import UsageError
 from .records import NewInput, NewThread, StateChange
 from .tool_threads import SyncCall, ToolThreads, default_pool
+
+if TYPE_CHECKING:
+    from .loop_memory import SubjectMemory
 
 ToolMode = Literal["inline", "async"]
 
@@ -67,6 +70,9 @@ class ToolContext:
     children: int = 0
     tool_threads: ToolThreads | None = None
     sync_call: SyncCall | None = None
+    #: the slice's subject memory (issue 16; None: the thread has no subject), see
+    #: :mod:`dormant.memory_tools`
+    memory: SubjectMemory | None = None
 
     def spawn(self, child: NewThread) -> None:
         """Create a child thread when the slice commits (inline tools only)."""

@@ -187,10 +187,16 @@ class FlakyStore(SQLiteStore):
         raise StoreFull(f"{name}: full")
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+        self,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        *,
+        agents: Collection[str] | None = None,
+        tenant_slices: int = 0,
     ) -> list[Claim]:
         self._maybe_fail("claim_threads")
-        return await super().claim_threads(worker, limit, lease_s, agents=agents)
+        return await super().claim_threads(worker, limit, lease_s, agents=agents, tenant_slices=tenant_slices)
 
     async def claim_outbox(
         self,

@@ -132,7 +132,9 @@ async def serve(db: str, work: Path, name: str) -> None:
     """Run slices on ``db`` until stopped by ``DIR/stop`` (or killed)."""
     model = SlowLoggingModel(work / "calls.log", name, delay=0.05)
     agent = Agent(name="a", model=model)
-    async with Runtime(f"sqlite:///{db}", [agent], settings=settings(name)) as rt:
+    # long leases: a live worker on a loaded machine never loses one between renewals, and a
+    # dead worker's threads can come back only by proof of its death (its lock file), not expiry
+    async with Runtime(f"sqlite:///{db}", [agent], settings=settings(name, lease_s=30.0)) as rt:
         runner = asyncio.create_task(rt.run())
         append(work / "ready.log", name)
         while not (work / "stop").exists():  # noqa: ASYNC110 - a file is the signal here

@@ -83,7 +83,7 @@ async def test_a_long_thread_is_compacted_and_views_stay_within_the_window(store
         thread = await rt.thread("t")
         assert rt.stats.compactions >= 2 and rt.stats.compaction_failures == 0
         assert thread.summary_seq > 0
-        assert thread.tokens_since_summary <= 0.75 * WINDOW + 400
+        assert thread.tokens_since_summary <= rt.settings.compaction_share * WINDOW + 400
         history = await all_messages(rt.store, "t")
         assert len(history) == 60, "the originals stay in the store"
         check_history(history)
@@ -109,7 +109,9 @@ async def test_an_agent_whose_byte_cap_bounds_its_views_counts_nothing_and_compa
     model = ScriptedModel(script, context_window=128_000, max_output_tokens=200)
     agent = Agent(name="a", model=model, builtins=False)
     view_bytes = 4096  # 4 x 4 KiB is far under what 128k tokens leave: counts decide nothing
-    async with Runtime(store_url, [agent], settings=fast_settings(view_bytes=view_bytes)) as rt:
+    # the share this test's sizes were chosen for (the page manager's default is 0.85)
+    settings = fast_settings(view_bytes=view_bytes, compaction_share=0.75)
+    async with Runtime(store_url, [agent], settings=settings) as rt:
         assert not rt.limits["a"].counts_tokens
         await converse(rt, "t", 20)  # ~560 bytes a turn: 0.75 x 4 KiB is passed every ~5 turns
         thread = await rt.thread("t")
@@ -127,7 +129,7 @@ async def test_an_agent_whose_byte_cap_bounds_its_views_counts_nothing_and_compa
     # the same history under limits that count: read back and counted when a view needs it
     counted_model = ScriptedModel(script, context_window=2_000, max_output_tokens=200)
     agent = Agent(name="a", model=counted_model, builtins=False)
-    async with Runtime(store_url, [agent], settings=fast_settings(view_bytes=view_bytes)) as rt:
+    async with Runtime(store_url, [agent], settings=settings) as rt:
         assert rt.limits["a"].counts_tokens
         await converse(rt, "t", 1, start=20)
         assert prompt_tokens(script.turns[-1]) <= 2_000
@@ -185,7 +187,7 @@ async def test_compaction_never_cuts_a_pending_tool_call(store_url: str) -> None
         # fill the thread to just under the threshold (a turn is ~260 tokens); the "go"
         # message (~600, ~370 as a view shows it clipped) then passes it, so the slice that
         # takes the fast result (the slow one still pending) is the one that compacts
-        threshold = 0.75 * rt.limits["a"].max_tokens
+        threshold = rt.settings.compaction_share * rt.limits["a"].max_tokens
         await converse(rt, "t", 1)
         turns = 1
         while sum(message_tokens(m) for m in await all_messages(rt.store, "t")) + 350 < threshold:

@@ -87,11 +87,15 @@ async def test_spawn_and_report_round_trip(store_url: str) -> None:
 
 async def test_sleep_until_wakes_only_after_not_before(store_url: str) -> None:
     woke_at: list[float] = []
-    nap = 0.4
+    set_at: list[float] = []
+    # long enough that the first run_until_idle (a slice and its commit, slow on a loaded
+    # machine) ends before the timer is due, as it must not wait for it
+    nap = 1.0
 
     def script(req: ModelRequest) -> ModelReply:
         last = req.messages[-1]
         if last.role == "user" and last.source == "user":
+            set_at.append(time.time())
             return call("sleep_until", f'{{"seconds": {nap}, "note": "alarm"}}')
         if last.role == "tool":
             return ModelReply(text="sleeping")
@@ -112,8 +116,15 @@ async def test_sleep_until_wakes_only_after_not_before(store_url: str) -> None:
         assert not await rt.store.has_work()
         assert (await rt.status()).backlog_by_priority == {"P1": 1}
 
-        await asyncio.sleep(max(0.0, started + nap - time.time()) + 0.05)
+        # the timer is due ``nap`` after the call ran (not ``started``: the slice may have
+        # come late); the store's clock (PostgreSQL: the server's, as this process estimates
+        # it) may lag ours by a few ms, so look again until it is due there too
+        await asyncio.sleep(max(0.0, set_at[0] + nap - time.time()) + 0.05)
         await rt.run_until_idle(timeout=10)
+        deadline = time.time() + 5
+        while not woke_at and time.time() < deadline:
+            await asyncio.sleep(0.05)
+            await rt.run_until_idle(timeout=10)
         assert len(woke_at) == 1 and woke_at[0] >= started + nap
         history = await all_messages(rt.store, "t1")
         check_history(history)

@@ -173,3 +173,15 @@ async def test_responses_with_conversation_previous_id_streaming_and_tools() -> 
         with pytest.raises(openai.NotFoundError):
             await c.responses.create(model="assistant", input="x", previous_response_id="resp_00_1")
         Gate.release.set()
+
+
+async def test_a_reply_cut_by_the_output_cap_finishes_with_length() -> None:
+    """Issue 14: the endpoint says ``length``, not ``stop``, for a reply the cap cut."""
+    cut = ScriptedModel(lambda request: ModelReply(text="The answer is", finish_reason="length"))
+    async with serve([Agent(name="assistant", model=cut)]) as s:
+        c = client(s)
+        reply = await c.chat.completions.create(
+            model="assistant", user="sess-cut", messages=[{"role": "user", "content": "long question"}]
+        )
+        assert reply.choices[0].finish_reason == "length"
+        assert reply.choices[0].message.content == "The answer is"

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from dormant.agent import Agent
-from dormant.models import echo_model
+from dormant.models import ModelReply, ScriptedModel, Usage, echo_model
 from dormant.server import ServerConfig
 from tests.helpers import eventually
 from tests.server.support import serve
@@ -112,3 +112,44 @@ async def test_bad_requests_get_coded_errors_not_500() -> None:
         assert r.status_code == 422
         r = await c.post("/v1/threads/nope/retry")
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+async def test_messages_and_threads_show_cut_replies_reasoning_and_usage() -> None:
+    """Issue 14: what the model server said about a reply reaches HTTP callers."""
+    said = ModelReply(
+        text="The answer is",
+        finish_reason="length",
+        reasoning="think",
+        usage=Usage(prompt=12, completion=34, cached=8),
+    )
+    agents = [Agent(name="assistant", model=ScriptedModel(lambda request: said))]
+    async with serve(agents) as s, s.client() as c:
+        r = await c.post("/v1/threads/t1/inputs", json={"content": "q"}, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 202, r.text
+        await eventually(lambda: replied(c, "t1", 2))
+        user, answer = (await c.get("/v1/threads/t1/messages")).json()["items"]
+        assert (user["cut"], user["finish_reason"], user["usage"], user["reasoning"]) == (
+            False,
+            None,
+            None,
+            None,
+        )
+        assert (answer["content"], answer["cut"], answer["finish_reason"], answer["reasoning"]) == (
+            "The answer is",
+            True,
+            "length",
+            "think",
+        )
+        assert answer["usage"] == {"prompt": 12, "completion": 34, "cached": 8}
+        thread = (await c.get("/v1/threads/t1")).json()
+        assert thread["usage"] == {"prompt": 12, "completion": 34, "cached": 8}
+        assert (thread["wait_reason"], thread["wait_until"]) == (None, None)
+        status = (await c.get("/v1/status")).json()
+        assert status["usage"] == {"prompt": 12, "completion": 34, "cached": 8}
+        assert status["threads_waiting"] == 0
+        async with s.client(key=s.key_b) as other:  # another tenant's status counts none of it
+            assert (await other.get("/v1/status")).json()["usage"] == {
+                "prompt": 0,
+                "completion": 0,
+                "cached": 0,
+            }

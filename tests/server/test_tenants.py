@@ -55,6 +55,13 @@ async def test_second_tenant_gets_404_on_every_route_with_the_first_tenants_ids(
         mine = (await a.get("/v1/threads/secret/messages", params={"limit": 1})).json()
         cursor = mine["next_cursor"]
         thread_cursor = "secre"
+        # a blob of a's thread (a large tool output), readable by a through its thread
+        tenant_a = await s.runtime.store.authenticate(s.key_a)
+        stored = f"{tenant_a.id}/secret"
+        ref = (await s.runtime.store.put_blob(stored, [b"private ", b"bytes"])).ref
+        r = await a.get(f"/v1/threads/secret/blobs/{ref}", params={"offset": 8})
+        assert r.status_code == 200 and r.content == b"bytes" and r.headers["x-blob-size"] == "13"
+        assert (await b.post("/v1/threads", json={"id": "mine"})).status_code == 201
 
         tries: list[tuple[str, str, dict[str, object]]] = [
             ("GET", "/v1/threads/secret", {}),
@@ -65,6 +72,10 @@ async def test_second_tenant_gets_404_on_every_route_with_the_first_tenants_ids(
             ("POST", "/v1/threads/secret/tool_results/call_1", {"json": {"content": "x"}}),
             ("GET", "/v1/threads/secret/events", {}),
             ("GET", "/v1/threads/secret/events", {"headers": {"Last-Event-ID": "1"}}),
+            ("GET", f"/v1/threads/secret/blobs/{ref}", {}),
+            ("GET", f"/v1/threads/mine/blobs/{ref}", {}),  # a's blob, named from b's own thread
+            ("GET", f"/v1/threads/{stored}", {}),  # a's stored id, sent raw
+            ("GET", f"/v1/threads/{stored}/messages", {}),
             (
                 "POST",
                 "/v1/responses",
@@ -80,12 +91,13 @@ async def test_second_tenant_gets_404_on_every_route_with_the_first_tenants_ids(
         for method, path, kwargs in tries:
             r = await b.request(method, path, **kwargs)  # type: ignore[arg-type]
             assert r.status_code == 404, (method, path, r.status_code, r.text)
-            assert "hi" not in r.text and r.json()["error"]["code"] == "not_found"
+            assert "hi" not in r.text and "private" not in r.text
+            assert r.json()["error"]["code"] == "not_found"
 
         # listing from the first tenant's cursor shows nothing of it
         listed = (await b.get("/v1/threads", params={"cursor": thread_cursor})).json()
         assert listed == {"items": [], "next_cursor": None}
-        assert (await b.get("/v1/threads")).json()["items"] == []
+        assert [t["id"] for t in (await b.get("/v1/threads")).json()["items"]] == ["mine"]
         # an input to the same id makes the second tenant's own thread, not a write into the first's
         r = await b.post(
             "/v1/threads/secret/inputs", json={"content": "intruder"}, headers={"Idempotency-Key": "k"}

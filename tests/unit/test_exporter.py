@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from dormant import Agent, Runtime
 from dormant.config import Settings
 from dormant.exporter import Exporter, render
-from dormant.models import echo_model
+from dormant.models import ModelReply, ScriptedModel, Usage, echo_model
 
 
 def sample(body: str, name: str) -> float:
@@ -35,6 +36,30 @@ async def test_refresh_mirrors_totals_without_counting_twice() -> None:
         rt.stats.slices += 2
         third, _ = await render(exporter)
         assert sample(third.decode(), "dormant_slices_total") == 3
+
+
+async def test_model_tokens_cut_replies_and_waits_are_exported() -> None:
+    """Issue 14: the usage the model servers report, per process (counters) and over the
+    store's threads (gauges); replies cut by the output cap; threads waiting on a model."""
+    said = ModelReply(text="part", finish_reason="length", usage=Usage(prompt=100, completion=20, cached=64))
+    model = ScriptedModel(lambda request: said)
+    settings = Settings.build(store="memory://", memory_limit="4G", poll_s=0.01)
+    async with Runtime("memory://", [Agent(name="a", model=model)], settings=settings) as rt:
+        exporter = Exporter(rt, status_ttl_s=0)
+        for n in range(2):
+            await rt.send("t", "hi", key=f"k{n}")
+            await rt.run_until_idle(timeout=10)
+        await rt.send("t2", "hi", key="k")
+        (waiting,) = await rt.store.claim_threads("probe", 1, 30.0)
+        await rt.store.release(waiting, retry_at=time.time() + 60, wait="model endpoint down")
+        body = (await render(exporter))[0].decode()
+    assert sample(body, 'dormant_model_tokens_total{kind="prompt"}') == 200
+    assert sample(body, 'dormant_model_tokens_total{kind="completion"}') == 40
+    assert sample(body, 'dormant_model_tokens_total{kind="cached"}') == 128
+    assert sample(body, 'dormant_stored_model_tokens{kind="prompt"}') == 200
+    assert sample(body, "dormant_replies_cut_total") == 2
+    assert sample(body, "dormant_continuations_total") == 0
+    assert sample(body, "dormant_threads_waiting_model") == 1
 
 
 async def test_retention_checkpoint_and_backlog_figures_are_exported() -> None:

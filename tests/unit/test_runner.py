@@ -27,10 +27,16 @@ class Released(SQLiteStore):
     retry_at: list[float]
 
     async def release(
-        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+        self,
+        claim: Claim,
+        *,
+        retry_at: float = 0.0,
+        error: str | None = None,
+        fail: bool = False,
+        wait: str | None = None,
     ) -> None:
         self.retry_at.append(retry_at)
-        await super().release(claim, retry_at=retry_at, error=error, fail=fail)
+        await super().release(claim, retry_at=retry_at, error=error, fail=fail, wait=wait)
 
 
 @pytest.fixture
@@ -99,3 +105,31 @@ def test_failures_read_the_claims_attempt_count_when_it_has_one() -> None:
         attempts: int = 0
 
     assert failures_of(Counted(thread_id="t1", token="x", expires_at=0.0, attempts=7), thread) == 7
+
+
+def test_clean_reply_cleans_reasoning_and_finish_reason_even_when_the_text_is_clean() -> None:
+    """Issue 14: reasoning is stored too (PostgreSQL text cannot hold NUL)."""
+    dirty = ModelReply(text="ok", reasoning="th\x00ink \udc80", finish_reason="sto\x00p")
+    cleaned = clean_reply(dirty)
+    assert (cleaned.text, cleaned.reasoning, cleaned.finish_reason) == ("ok", "think \ufffd", "stop")
+
+
+async def test_an_outage_releases_the_thread_with_its_wait_reason_uncounted(
+    store: Released, clock: FakeClock
+) -> None:
+    """Issue 14: a thread waiting on a model endpoint that is down says why and until when."""
+
+    def script(req: ModelRequest) -> ModelReply:
+        raise ModelError(
+            "model endpoint http://m/v1 is failing; circuit open", retry_after=20.0, kind="outage"
+        )
+
+    runner = runner_for(store, clock, 0.0)
+    runner.agents = {"a": Agent(name="a", model=ScriptedModel(script), builtins=False)}
+    await store.admit([NewInput(thread_id="t1", kind="user", dedup_key="k", content="hi", agent="a")])
+    (claim,) = await store.claim_threads("w", 1, 30.0)
+    await runner.run(claim)
+    thread = await store.get_thread("t1")
+    assert (thread.status, thread.failures) == ("active", 0)
+    assert thread.wait_reason == "ModelError: model endpoint http://m/v1 is failing; circuit open"
+    assert thread.wait_until == clock.now + 20.0 == store.retry_at[0]

@@ -204,11 +204,19 @@ async def test_a_slice_whose_lease_ran_out_unrenewed_is_cancelled() -> None:
         claimed = False
 
         async def claim_threads(
-            self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+            self,
+            worker: str,
+            limit: int,
+            lease_s: float,
+            *,
+            agents: Collection[str] | None = None,
+            tenant_slices: int = 0,
         ) -> list[Claim]:
             if self.claimed:
                 return []
-            claims = await super().claim_threads(worker, limit, lease_s, agents=agents)
+            claims = await super().claim_threads(
+                worker, limit, lease_s, agents=agents, tenant_slices=tenant_slices
+            )
             self.claimed = bool(claims)
             return claims
 

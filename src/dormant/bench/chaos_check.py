@@ -1,7 +1,8 @@
 """Verify a chaos run from what the store holds (and the worker's effect and ack logs).
 
-:func:`verify` reads the SQLite file directly (read-only) and counts every way the
-correctness rules of DESIGN.md §4 could have been broken by the kills:
+:func:`verify` reads the store directly (read-only, :mod:`dormant.bench.chaos_db`: the
+SQLite file or the PostgreSQL schema) and counts every way the correctness rules of
+DESIGN.md §4 could have been broken by the kills:
 
 * ``lost`` — an acknowledged admission missing or replaced, an admitted input never
   recorded as a message, a workload input never admitted, a child's report missing;
@@ -15,7 +16,10 @@ correctness rules of DESIGN.md §4 could have been broken by the kills:
   without having run;
 * ``stuck_outbox`` — an entry still pending or running, or dead/unknown without its
   result delivered; ``unfinished`` — a thread still leased, failed, waiting or with
-  pending input.
+  pending input;
+* ``poison_violations`` — a poison pill (DESIGN.md §4 rule 9) not dead-lettered, claimed
+  more than its attempt cap + 1 times (the claim past the cap dead-letters it unrun),
+  run more than the cap, or its thread not answered with the error result once.
 
 Each problem also adds a line to ``problems`` (the first ones are kept).
 """
@@ -27,15 +31,35 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import apsw
 import msgspec
 
 from ..inbox import UNKNOWN_OUTCOME
 from ..records import ToolCall
 from ..store.core import USER_KEY_PREFIX
-from .chaos_worker import expected_messages, has_follow_up, spawns, thread_ids
+from .chaos_db import ChaosDb
+from .chaos_worker import (
+    CHILD_MESSAGES,
+    PILL_MESSAGES,
+    expected_messages,
+    has_follow_up,
+    pill_ids,
+    spawns,
+    thread_ids,
+    thread_messages,
+)
 
 MAX_PROBLEMS = 50
+#: The counters of :class:`ChaosCounts` that must all be 0 for a run to pass.
+FAILURES = (
+    "lost",
+    "duplicated",
+    "unpaired_tool_calls",
+    "order_violations",
+    "effect_violations",
+    "stuck_outbox",
+    "unfinished",
+    "poison_violations",
+)
 _calls = msgspec.json.Decoder(tuple[ToolCall, ...])
 
 
@@ -44,6 +68,7 @@ class ChaosCounts:
     """What :func:`verify` counted; every field but the totals must be 0 (or True)."""
 
     integrity_ok: bool = True
+    integrity_checked: bool = False
     inputs: int = 0
     acked_inputs: int = 0
     messages: int = 0
@@ -52,6 +77,10 @@ class ChaosCounts:
     tool_calls: int = 0
     unknown_outcomes: int = 0
     idempotent_reruns: int = 0
+    pills: int = 0
+    pills_dead_lettered: int = 0
+    pill_claims_max: int = 0
+    pill_runs_max: int = 0
     lost: int = 0
     duplicated: int = 0
     unpaired_tool_calls: int = 0
@@ -59,20 +88,13 @@ class ChaosCounts:
     effect_violations: int = 0
     stuck_outbox: int = 0
     unfinished: int = 0
+    poison_violations: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """Whether every check passed."""
-        bad = (
-            self.lost,
-            self.duplicated,
-            self.unpaired_tool_calls,
-            self.order_violations,
-            self.effect_violations,
-            self.stuck_outbox,
-            self.unfinished,
-        )
+        bad = [getattr(self, name) for name in FAILURES]
         return self.integrity_ok and not any(bad) and self.messages == self.expected_messages
 
     def flag(self, counter: str, problem: str, n: int = 1) -> None:
@@ -103,28 +125,23 @@ def _read_log(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines() if line.strip()]
 
 
-def verify(db: Path, work: Path, threads: int, turns: int) -> ChaosCounts:
-    """Check the store at ``db`` after the workload (``threads`` x ``turns``) completed."""
-    counts = ChaosCounts(expected_messages=expected_messages(threads, turns))
-    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        check = conn.execute("PRAGMA integrity_check").fetchall()
-        fk = conn.execute("PRAGMA foreign_key_check").fetchall()
-        if check != [("ok",)] or fk:
-            counts.integrity_ok = False
-            counts.problems.append(f"integrity: {check[:3]} foreign keys: {fk[:3]}")
-        rows: list[Any] = conn.execute(
-            "SELECT thread_id, seq, role, content, tool_calls, tool_call_id, source, input_id "
-            "FROM messages ORDER BY thread_id, seq"
-        ).fetchall()
-        keys: list[Any] = conn.execute("SELECT thread_id, dedup_key, input_id FROM input_keys").fetchall()
-        pending: list[Any] = conn.execute("SELECT thread_id, id, kind FROM inputs").fetchall()
-        thread_rows: list[Any] = conn.execute(
-            "SELECT id, status, last_seq, awaiting, lease_token, parent_id, error FROM threads"
-        ).fetchall()
-        outbox: list[Any] = conn.execute("SELECT thread_id, call_id, status, tool FROM outbox").fetchall()
-    finally:
-        conn.close()
+def verify(db: ChaosDb, work: Path, threads: int, turns: int, pills: int = 0, cap: int = 3) -> ChaosCounts:
+    """Check the store ``db`` after the workload (``threads`` x ``turns``, ``pills`` poison
+    pills of each kind with attempt cap ``cap``) completed."""
+    counts = ChaosCounts(expected_messages=expected_messages(threads, turns, pills))
+    found = db.integrity()
+    counts.integrity_checked = found is not None
+    if found:
+        counts.integrity_ok = False
+        counts.problems.append(f"integrity: {found}")
+    rows = db.rows(
+        "SELECT thread_id, seq, role, content, tool_calls, tool_call_id, source, input_id "
+        "FROM messages ORDER BY thread_id, seq"
+    )
+    keys = db.rows("SELECT thread_id, dedup_key, input_id FROM input_keys")
+    pending = db.rows("SELECT thread_id, id, kind FROM inputs")
+    thread_rows = db.rows("SELECT id, status, last_seq, awaiting, lease_token, parent_id, error FROM threads")
+    outbox = db.rows("SELECT thread_id, call_id, status, tool, attempts FROM outbox")
 
     history: dict[str, list[_Msg]] = defaultdict(list)
     for tid, seq, role, content, calls, call_id, source, input_id in rows:
@@ -151,6 +168,7 @@ def verify(db: Path, work: Path, threads: int, turns: int) -> ChaosCounts:
     answered = _check_calls(counts, history)
     _check_outbox(counts, outbox, answered)
     _check_effects(counts, history, work)
+    _check_pills(counts, history, outbox, work, pill_ids(pills, turns), cap)
     return counts
 
 
@@ -220,6 +238,7 @@ def _check_threads(
             counts.flag("lost", f"thread {tid} does not exist")
             continue
         msgs = history.get(tid, [])
+        _check_length(counts, tid, msgs, thread_messages(index, turns))
         texts = [m.content for m in msgs if m.role == "user" and m.source == "user"]
         expected = []
         for turn in range(turns):
@@ -250,11 +269,22 @@ def _check_threads(
             child = f"{tid}/{spawned[0]}"
             if child not in by_id:
                 counts.flag("lost", f"child thread {child} does not exist")
+            else:
+                _check_length(counts, child, history.get(child, []), CHILD_MESSAGES)
             n = reports[f"[report from thread {child}"]
             if n != 1:
                 counts.flag(
                     "lost" if n == 0 else "duplicated", f"{tid}: {n} reports from {child}", max(1, n - 1)
                 )
+
+
+def _check_length(counts: ChaosCounts, tid: str, msgs: list[_Msg], expected: int) -> None:
+    """A thread holds exactly the messages its script makes: more is a duplicate (a turn
+    the model was asked twice), fewer a loss."""
+    if len(msgs) != expected:
+        shape = " ".join(f"{m.role[0]}{'*' * len(m.calls)}" for m in msgs[-12:])
+        kind = "duplicated" if len(msgs) > expected else "lost"
+        counts.flag(kind, f"{tid}: {len(msgs)} messages, its script makes {expected} (last: {shape})")
 
 
 def _check_calls(counts: ChaosCounts, history: dict[str, list[_Msg]]) -> set[tuple[str, str]]:
@@ -296,7 +326,7 @@ def _check_calls(counts: ChaosCounts, history: dict[str, list[_Msg]]) -> set[tup
 
 
 def _check_outbox(counts: ChaosCounts, outbox: list[Any], answered: set[tuple[str, str]]) -> None:
-    for tid, call_id, status, tool in outbox:
+    for tid, call_id, status, tool, _attempts in outbox:
         if status in ("pending", "running"):
             counts.flag("stuck_outbox", f"{tid} {tool} call {call_id} still {status}")
         elif (tid, call_id) not in answered:
@@ -324,3 +354,45 @@ def _check_effects(counts: ChaosCounts, history: dict[str, list[_Msg]], work: Pa
                 counts.flag(
                     "effect_violations", f"{tid}: charge {m.call_id} answered 'charged' but never ran"
                 )
+
+
+def _check_pills(
+    counts: ChaosCounts,
+    history: dict[str, list[_Msg]],
+    outbox: list[Any],
+    work: Path,
+    pills: list[tuple[str, str, int]],
+    cap: int,
+) -> None:
+    """Each poison pill: its one call dead-lettered, claimed at most ``cap + 1`` times (the
+    claim past the cap dead-letters it without running), run at most ``cap`` times, and its
+    thread shown the error result exactly once."""
+    runs: Counter[tuple[str, str]] = Counter(
+        (p[1], p[2]) for p in _read_log(work / "effects.log") if len(p) == 3 and p[0] in ("crash", "wedge")
+    )
+    calls: dict[str, list[tuple[str, str, str, int]]] = defaultdict(list)
+    for tid, call_id, status, tool, attempts in outbox:
+        calls[tid].append((call_id, status, tool, int(attempts)))
+    counts.pills = len(pills)
+    for tid, kind, _wave in pills:
+        entries = calls.get(tid, [])
+        if len(entries) != 1 or entries[0][2] != kind:
+            counts.flag("poison_violations", f"{tid}: {len(entries)} outbox entries, not one {kind} call")
+            continue
+        call_id, status, _tool, attempts = entries[0]
+        ran = runs[(tid, call_id)]
+        counts.pill_claims_max = max(counts.pill_claims_max, attempts)
+        counts.pill_runs_max = max(counts.pill_runs_max, ran)
+        if status == "dead":
+            counts.pills_dead_lettered += 1
+        else:
+            counts.flag("poison_violations", f"{tid}: the {kind} call ended {status}, not dead-lettered")
+        if attempts > cap + 1 or ran > cap:
+            counts.flag(
+                "poison_violations",
+                f"{tid}: the {kind} call was claimed {attempts} times and ran {ran} times (cap {cap})",
+            )
+        _check_length(counts, tid, history.get(tid, []), PILL_MESSAGES)
+        results = [m.content for m in history.get(tid, []) if m.role == "tool" and m.call_id == call_id]
+        if len(results) != 1 or not results[0].startswith("error:"):
+            counts.flag("poison_violations", f"{tid}: the {kind} call was answered {results!r}")

@@ -1,6 +1,6 @@
 """The workload ``dormant bench chaos`` runs in a subprocess and kills at random moments.
 
-    python -m dormant.bench.chaos_worker '{"db": ..., "dir": ..., "threads": 500, "turns": 10, ...}'
+    DORMANT_BENCH_WORKER_STORE=URL python -m dormant.bench.chaos_worker '{"dir": ..., "threads": 500, ...}'
 
 Threads ``c0000``, ``c0001``, ... each get ``turns`` user turns, admitted in waves
 (every thread's turn K, then run until idle, then turn K+1). Every fifth thread also
@@ -23,6 +23,10 @@ before anything else. On stdout: ``first_commit <unix time>`` once its first
 slice committed, ``COMPLETE`` at the end. With ``die_after_ack`` in the config the
 worker SIGKILLs itself right after its probe is acknowledged; with
 ``hold_last_wave`` it does not admit the last wave and, once idle, waits to be killed.
+
+With ``"role": "standby"`` the process admits nothing: it opens the store, writes
+``standby PID`` to the acks log and runs the runtime (claims, tool calls) until SIGTERM,
+like the other workers of a deployment that stay alive while one dies.
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ FOLLOW_UP_EVERY = 5
 #: Threads whose index is a multiple of this spawn a child on turns K = 3 (mod 4).
 SPAWN_EVERY = 3
 ADMIT_BATCH = 100
+#: Exit status of a worker that a ``crash`` pill ended (137: as if killed for memory).
+POISON_EXIT = 137
+#: Timeout of the ``wedge`` pill (it never returns by itself).
+WEDGE_TIMEOUT_S = 0.3
+#: The poison-pill tools.
+PILL_KINDS = ("crash", "wedge")
+#: the environment variable a worker process reads its store URL from (argv is public)
+URL_ENV = "DORMANT_BENCH_WORKER_STORE"
 
 _effects_fd = -1
 
@@ -93,23 +105,50 @@ def turn_inputs(thread_id: str, index: int, turn: int) -> list[NewInput]:
     return items
 
 
+def pill_ids(pills: int, turns: int) -> list[tuple[str, str, int]]:
+    """(thread id, tool, wave) of each poison-pill thread; their waves spread over all but the
+    last one (the harness holds that one back)."""
+    return [(f"pill-{kind}-{n}", kind, n % max(1, turns - 1)) for n in range(pills) for kind in PILL_KINDS]
+
+
+def pill_input(thread_id: str) -> NewInput:
+    """The one input of a poison-pill thread."""
+    return NewInput(thread_id=thread_id, kind="user", dedup_key="pill", content="pill", agent="chaos")
+
+
 def probe_input(pid: int) -> NewInput:
     """The probe a worker started as process ``pid`` admits first (see :func:`main`)."""
     return NewInput(thread_id=f"probe-{pid}", kind="user", dedup_key="probe", content="probe", agent="chaos")
 
 
-def expected_messages(threads: int, turns: int) -> int:
-    """How many messages the workload commits (children included, probes not), crash or not."""
+def thread_messages(index: int, waves: int) -> int:
+    """How many messages top-level thread number ``index`` holds after ``waves`` waves."""
     total = 0
+    for turn in range(waves):
+        total += 1 + has_follow_up(index)
+        if turn % 4 in (0, 1, 2):
+            total += 3  # assistant with a call, its result, the closing answer
+        elif spawns(index, turn):
+            total += 5  # call, result, "waiting"; report, answer
+        else:
+            total += 4  # assistant with two calls, two results, the closing answer
+    return total
+
+
+#: Messages of a child thread (task, report call, its result, "reported") and of a
+#: poison-pill thread (text, the call, the error result, the closing answer).
+CHILD_MESSAGES = PILL_MESSAGES = 4
+
+
+def expected_messages(threads: int, turns: int, pills: int = 0, waves: int | None = None) -> int:
+    """How many messages the workload (``threads`` x ``turns``, ``pills`` of each kind) commits
+    in its first ``waves`` waves (all by default), children and poison pills included,
+    probes not, crash or not."""
+    waves = turns if waves is None else waves
+    total = PILL_MESSAGES * sum(1 for _, _, wave in pill_ids(pills, turns) if wave < waves)
     for index in range(threads):
-        for turn in range(turns):
-            total += 1 + has_follow_up(index)
-            if turn % 4 in (0, 1, 2):
-                total += 3  # assistant with a call, its result, the closing answer
-            elif spawns(index, turn):
-                total += 5 + 4  # call, result, "waiting"; report, answer — and the child's four
-            else:
-                total += 4  # assistant with two calls, two results, the closing answer
+        total += thread_messages(index, waves)
+        total += CHILD_MESSAGES * sum(1 for turn in range(waves) if spawns(index, turn))
     return total
 
 
@@ -133,6 +172,21 @@ async def charge(amount: int, ctx: ToolContext) -> str:
     return f"charged {amount}"
 
 
+@tool(mode="async", idempotent=True, timeout=10.0)
+async def crash(ctx: ToolContext) -> str:
+    """A poison pill: ends its worker process every time it runs (the run is logged first)."""
+    _effect("crash", ctx)
+    os._exit(POISON_EXIT)
+
+
+@tool(mode="async", idempotent=True, timeout=WEDGE_TIMEOUT_S)
+async def wedge(ctx: ToolContext) -> str:
+    """A poison pill: never returns (its timeout cancels it; the run is logged first)."""
+    _effect("wedge", ctx)
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
 @tool
 def calc(a: int, b: int) -> int:
     """Add two numbers (inline)."""
@@ -148,6 +202,8 @@ def script(request: ModelRequest) -> ModelReply:
     last = request.messages[-1]
     if request.thread_id.startswith("probe-"):
         return ModelReply(text="probe seen")
+    if request.thread_id.startswith("pill-") and last.role == "user":
+        return ModelReply(text="pill", tool_calls=(_call(request.thread_id.split("-")[1], {}),))
     if last.role == "tool":
         return ModelReply(text=f"done: {last.content[:40]}")
     if "/" in request.thread_id:  # a child: report, then stop
@@ -203,35 +259,55 @@ def acked_waves(path: Path) -> int:
     return waves
 
 
-def _batches(items: list[NewInput]) -> Iterator[list[NewInput]]:
-    for start in range(0, len(items), ADMIT_BATCH):
-        yield items[start : start + ADMIT_BATCH]
+def batches(items: list[NewInput], size: int = ADMIT_BATCH) -> Iterator[list[NewInput]]:
+    """``items`` in admissions of about ``size``, never splitting one thread's consecutive
+    items: a turn and its follow-up must be admitted together, or another worker (the
+    standby) may claim the thread between the two admissions and answer them apart."""
+    batch: list[NewInput] = []
+    for item in items:
+        if len(batch) >= size and item.thread_id != batch[-1].thread_id:
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
 
 
 async def main(config: dict[str, Any]) -> None:
-    """Run (or resume) the workload described by ``config`` to the end."""
+    """Run (or resume) the workload described by ``config`` to the end (the store URL is in
+    :data:`URL_ENV`); a standby runs the runtime until SIGTERM instead."""
     global _effects_fd
     work = Path(config["dir"])
     _effects_fd = os.open(work / "effects.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     acks_fd = os.open(work / "acks.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    url = os.environ[URL_ENV]
     lease_s = float(config.get("lease_s", 1.0))
     concurrency = int(config.get("concurrency", 32))
     settings = Settings.build(
         concurrency=concurrency,
         tool_concurrency=concurrency,
-        poll_s=0.005,
+        # a PostgreSQL claim is a round trip to the server: poll it less eagerly
+        poll_s=0.005 if url.startswith("sqlite") else 0.02,
         lease_s=lease_s,
         retry_base_s=0.01,
         retry_max_s=0.2,
+        tool_attempts=int(config.get("tool_attempts", 3)),
         worker_id=f"chaos-{os.getpid()}",
     )
-    agent = Agent(name="chaos", model=ScriptedModel(script), tools=[lookup, charge, calc])
+    agent = Agent(name="chaos", model=ScriptedModel(script), tools=[lookup, charge, calc, crash, wedge])
     ids = thread_ids(int(config["threads"]))
     turns = int(config["turns"])
-    async with ChaosRuntime(f"sqlite:///{config['db']}", [agent], settings=settings) as rt:
+    pills = pill_ids(int(config.get("pills", 0)), turns)
+    async with ChaosRuntime(url, [agent], settings=settings) as rt:
         # a dead worker's running calls are reconciled once their lease expires: keep it
         # as short as the thread lease (the tools here take milliseconds)
         rt.dispatcher.lease_s = lease_s
+        if config.get("role") == "standby":
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, rt.stop)
+            os.write(acks_fd, f"standby {os.getpid()}\n".encode())
+            await rt.run()  # until SIGTERM: running slices and calls finish first
+            print("STOPPED", flush=True)
+            return
         os.write(acks_fd, f"start {os.getpid()}\n".encode())  # the store is open: recovery begins
         # every start admits one probe input to a thread of its own (two messages in the end);
         # with die_after_ack, the worker dies the moment the store says it is durable
@@ -245,7 +321,8 @@ async def main(config: dict[str, Any]) -> None:
         last = turns - 1 if config.get("hold_last_wave") else turns
         for turn in range(acked_waves(work / "acks.log"), last):
             items = [item for index, t in enumerate(ids) for item in turn_inputs(t, index, turn)]
-            for batch in _batches(items):
+            items += [pill_input(tid) for tid, _, wave in pills if wave == turn]
+            for batch in batches(items):
                 admissions = await rt.admit(batch)
                 lines = "".join(f"ack {a.thread_id} {a.dedup_key} {a.input_id}\n" for a in admissions)
                 os.write(acks_fd, lines.encode())

@@ -261,20 +261,50 @@ def chaos(
     turns: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_TURNS")] = 10,
     concurrency: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CONCURRENCY")] = 32,
     lease_s: Annotated[
-        float, typer.Option(min=0.1, envvar="DORMANT_BENCH_LEASE_S", help="Lease of threads and tool calls.")
-    ] = 1.0,
+        float,
+        typer.Option(
+            min=0.1,
+            envvar="DORMANT_BENCH_LEASE_S",
+            help="Lease of threads and tool calls (long: a dead worker's come back by proof, not expiry).",
+        ),
+    ] = 30.0,
     seed: Annotated[
         int | None, typer.Option(envvar="DORMANT_BENCH_SEED", help="Seed of the kill times.")
     ] = None,
+    store: Annotated[
+        str,
+        typer.Option(
+            envvar="DORMANT_BENCH_STORE",
+            help="sqlite, or postgres (DORMANT_BENCH_PG_DSN, else an embedded server).",
+        ),
+    ] = "sqlite",
+    standby: Annotated[
+        bool,
+        typer.Option(
+            envvar="DORMANT_BENCH_STANDBY",
+            help="Run a standby worker that is never killed (resume then measures the store's recovery).",
+        ),
+    ] = True,
+    pills: Annotated[
+        int,
+        typer.Option(min=0, envvar="DORMANT_BENCH_PILLS", help="Poison pills of each kind (crash, wedge)."),
+    ] = 2,
+    tool_attempts: Annotated[
+        int, typer.Option(min=1, envvar="DORMANT_BENCH_TOOL_ATTEMPTS", help="Attempt cap of tool calls.")
+    ] = 3,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/chaos"),
 ) -> None:
     """Kill -9 a worker at random moments, restart it each time, then verify the store.
 
-    Writes ``OUT/summary.json`` (and ``OUT/runs.csv``); exits 1 if any check fails.
+    A standby worker runs beside it; poison pills (a tool that ends its worker, one that
+    never returns) must end dead-lettered within their attempt cap. Writes
+    ``OUT/summary.json`` (and ``OUT/runs.csv``); exits 1 if any check fails.
     """
     _require_extra("dormant bench chaos")
     from .chaos import ChaosConfig, run_chaos
 
+    if store not in ("sqlite", "postgres"):
+        raise typer.BadParameter(f"{store!r}: sqlite or postgres", param_hint="--store")
     config = ChaosConfig(
         out=out,
         threads=threads,
@@ -283,10 +313,15 @@ def chaos(
         concurrency=concurrency,
         lease_s=lease_s,
         seed=seed,
+        store=store,
+        standby=standby,
+        pills=pills,
+        tool_attempts=tool_attempts,
     )
     console.print(
-        f"chaos: {threads} threads x {turns} turns, {kills} kills, concurrency {concurrency}, "
-        f"lease {lease_s:g}s, out {out}"
+        f"chaos on {store}: {threads} threads x {turns} turns, {kills} kills, concurrency {concurrency}, "
+        f"lease {lease_s:g}s, {'a standby worker' if standby else 'no standby'}, {pills} pills of each "
+        f"kind (cap {tool_attempts}), out {out}"
     )
     summary = run_chaos(config, echo=console.print)
     table = Table(title="chaos")
@@ -304,14 +339,18 @@ def chaos(
             f"PASS: {summary['kills']} kills survived, {summary['inputs']:,} inputs verified, "
             f"recovery p50 {summary['recovery_p50_ms']} ms / p95 {summary['recovery_p95_ms']} ms, "
             f"kill → in-flight threads resumed p50 {summary['resume_p50_ms']} ms / "
-            f"p95 {summary['resume_p95_ms']} ms",
+            f"p95 {summary['resume_p95_ms']} ms ({summary['resume_measures']}), "
+            f"{summary['pills_dead_lettered']}/{summary['pills']} poison pills dead-lettered "
+            f"(at most {summary['pill_claims_max']} claims, {summary['pill_runs_max']} runs; "
+            f"cap {summary['pill_attempt_cap']})",
             soft_wrap=True,
         )
         return
     console.print(
         f"FAIL: lost {summary['lost']}, duplicated {summary['duplicated']}, unpaired tool calls "
         f"{summary['unpaired_tool_calls']}, order violations {summary['order_violations']}, "
-        f"integrity ok {summary['integrity_ok']} after {summary['kills']} kills",
+        f"poison violations {summary['poison_violations']}, integrity ok {summary['integrity_ok']} "
+        f"after {summary['kills']} kills",
         soft_wrap=True,
     )
     raise typer.Exit(1)
@@ -380,11 +419,32 @@ def recall(
         int, typer.Option(min=10, envvar="DORMANT_BENCH_QUERIES", help="Latency samples.")
     ] = 1000,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/recall"),
+    slices: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="DORMANT_BENCH_SLICES",
+            help="Run through real agent slices instead (issue 16): the suite's queries as user "
+            "inputs, then this many slices each with recall on and off at MEMORIES records.",
+        ),
+    ] = 0,
 ) -> None:
     """Recall quality on the seeded suite (hybrid and baselines), latency and RSS at MEMORIES records.
 
+    With ``--slices N`` the same suite runs through real agent slices (scripted model,
+    automatic recall into the prompt) and the slice latency is measured with recall on
+    against off; writes ``OUT/slices.json``.
+
     Writes ``OUT/summary.json``; the suite is described in BENCHMARKS.md.
     """
+    if slices:
+        from .loop_recall import run as run_slices
+
+        params = {"subjects": subjects, "rich": rich, "seed": seed, "memories": memories}
+        result = run_slices(out, {**params, "per_subject": 10, "slices": slices})
+        console.print_json(json.dumps(result))
+        console.print(f"wrote {out / 'slices.json'}")
+        return
     if embedder not in ("minilm", "hashing"):
         console.print("[red]error:[/] --embedder must be minilm or hashing")
         raise typer.Exit(2)

@@ -14,11 +14,16 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from ..errors import ModelError, UsageError
+from ..records import CUT as CUT
 from ..records import Message, ToolCall
+from ..records import Usage as Usage
 from ..tokens import check_encoding
 
 #: Tokens kept for a reply unless a model says otherwise (capped at half a small window).
 DEFAULT_MAX_OUTPUT = 4_096
+#: Most characters of one reply (answer, reasoning and tool-call arguments together) a
+#: turn buffer holds; a reply continued after a cut is held to it as a whole.
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 
 class ChatOverhead(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,17 +71,10 @@ class TextDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 class ReasoningDelta(msgspec.Struct, frozen=True, kw_only=True):
     """A piece of the model's reasoning (``reasoning_content`` / ``reasoning``): kept apart
-    from the answer and never shown back to the model."""
+    from the answer (stored on the assistant message) and not shown back to the model
+    unless the adapter's dialect asks for it."""
 
     text: str
-
-
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
-    """Tokens the server counted for one completion (``cached`` is part of ``prompt``)."""
-
-    prompt: int = 0
-    completion: int = 0
-    cached: int = 0
 
 
 class Finish(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,9 +94,6 @@ class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ModelEvent = TextDelta | ToolCallDelta | ReasoningDelta | Finish
-
-#: ``finish_reason`` of a reply cut by the output cap.
-CUT = "length"
 
 
 class ModelReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,6 +115,21 @@ class ModelReply(msgspec.Struct, frozen=True, kw_only=True):
     def cut(self) -> bool:
         """Whether the output cap cut this reply short."""
         return self.finish_reason == CUT
+
+    def then(self, more: ModelReply) -> ModelReply:
+        """This (cut) reply continued by ``more``: the texts and reasonings joined, the
+        usages summed; ``more``'s tool calls and finish reason (still ``"length"`` if
+        the continuation was cut too)."""
+        usage = self.usage
+        if more.usage is not None:
+            usage = more.usage if usage is None else usage + more.usage
+        return ModelReply(
+            text=self.text + more.text,
+            tool_calls=more.tool_calls,
+            finish_reason=more.finish_reason,
+            reasoning=self.reasoning + more.reasoning,
+            usage=usage,
+        )
 
 
 @runtime_checkable
@@ -171,7 +181,7 @@ def check_limits(context_window: int, max_output_tokens: int | None, encoding: s
     return context_window, max_output_tokens, check_encoding(encoding)
 
 
-async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = 4 * 1024 * 1024) -> ModelReply:
+async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = MAX_REPLY_BYTES) -> ModelReply:
     """The turn buffer: gather a stream into a :class:`ModelReply`, bounded by ``max_bytes``
     (answer, reasoning and tool-call arguments together).
 

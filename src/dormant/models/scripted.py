@@ -14,9 +14,11 @@ from ..records import ToolCall
 from ..tokens import DEFAULT_ENCODING
 from .base import (
     OPENAI_CHAT,
+    Finish,
     ModelEvent,
     ModelReply,
     ModelRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     check_limits,
@@ -29,7 +31,8 @@ Script = Callable[[ModelRequest], ModelReply]
 class ScriptedModel:
     """A model whose reply to each request is computed by ``script``.
 
-    Replies are streamed in ``chunk``-sized text pieces and tool-call pieces. The
+    Replies are streamed in ``chunk``-sized text pieces and tool-call pieces (after the
+    reply's reasoning, if any; then its finish reason and usage, if set). The
     declared budget (``context_window``, ``max_output_tokens``, ``encoding``) is what
     the runtime fits prompts to; the script itself is not held to it.
     ``max_output_tokens`` defaults to 4,096 (half the window if that is smaller).
@@ -60,11 +63,15 @@ class ScriptedModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream the scripted reply."""
         reply = self.script(request)
+        if reply.reasoning:
+            yield ReasoningDelta(text=reply.reasoning)
         text = reply.text
         for start in range(0, len(text), self.chunk):
             yield TextDelta(text=text[start : start + self.chunk])
         for index, call in enumerate(reply.tool_calls):
             yield ToolCallDelta(index=index, id=call.id, name=call.name, arguments=call.arguments)
+        if reply.finish_reason is not None or reply.usage is not None:
+            yield Finish(reason=reply.finish_reason, usage=reply.usage)
 
 
 def echo_script(request: ModelRequest) -> ModelReply:

@@ -13,7 +13,10 @@ chat templates accept, so the mapping follows a :class:`Dialect` the adapter dec
 * tool-call ids: the store keeps a unique internal id (``<model id>.<seq>.<index>``,
   see :func:`dormant.slice.call_id`); the model is shown its own id where that is
   unique in the view and of the form the server accepts, else a compliant id derived
-  from the internal one (stable, so prompt caches still hit).
+  from the internal one (stable, so prompt caches still hit);
+* reasoning (stored apart from the answer) is never sent back, unless the dialect
+  names the field a server wants it in (``reasoning_field``; interleaved thinking in
+  a tool-call loop, e.g. DeepSeek's or Kimi's thinking models).
 """
 
 from __future__ import annotations
@@ -48,7 +51,10 @@ class Dialect:
     OpenAI, ``max_tokens`` elsewhere, ``""`` to send none). ``strict_alternation``: user
     and assistant must alternate. ``tool_call_ids``: ``"openai"`` (at most 40
     characters) or ``"mistral"`` (exactly 9 letters or digits). ``stream_usage``: ask
-    for usage in the stream (``stream_options.include_usage``).
+    for usage in the stream (``stream_options.include_usage``). ``reasoning_field``: the
+    field of an assistant message the server wants that message's reasoning back in
+    (``"reasoning_content"``), or ``""``: never sent back. Only the reasoning of the
+    running slice's replies is at hand (a view loaded from the store holds none).
     """
 
     name: str
@@ -56,6 +62,7 @@ class Dialect:
     strict_alternation: bool = False
     tool_call_ids: IdForm = "openai"
     stream_usage: bool = True
+    reasoning_field: str = ""
 
 
 #: The named dialects; ``"auto"`` picks ``openai`` for api.openai.com, else ``generic``.
@@ -64,6 +71,7 @@ DIALECTS: dict[str, Dialect] = {
     "generic": Dialect(name="generic"),
     "mistral": Dialect(name="mistral", strict_alternation=True, tool_call_ids="mistral"),
     "strict": Dialect(name="strict", strict_alternation=True),
+    "reasoning": Dialect(name="reasoning", reasoning_field="reasoning_content"),
 }
 
 
@@ -152,27 +160,34 @@ def wire_ids(messages: Iterable[Message], form: IdForm) -> dict[str, str]:
     return shown
 
 
-def _message(message: Message, ids: dict[str, str]) -> dict[str, Any]:
+def _message(message: Message, ids: dict[str, str], reasoning_field: str = "") -> dict[str, Any]:
     """One history message in Chat Completions form."""
     if message.role == "assistant":
-        if not message.tool_calls:
-            return {"role": "assistant", "content": message.content}
-        return {
-            "role": "assistant",
-            "content": message.content or None,
-            "tool_calls": [
-                {
-                    "id": ids[call.id],
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in message.tool_calls
-            ],
-        }
+        out = _assistant(message, ids)
+        if reasoning_field and message.reasoning:
+            out[reasoning_field] = message.reasoning
+        return out
     if message.role == "tool":
         call_id = message.tool_call_id or ""
         return {"role": "tool", "tool_call_id": ids.get(call_id, call_id), "content": message.content}
     return {"role": "user", "content": message.content}
+
+
+def _assistant(message: Message, ids: dict[str, str]) -> dict[str, Any]:
+    if not message.tool_calls:
+        return {"role": "assistant", "content": message.content}
+    return {
+        "role": "assistant",
+        "content": message.content or None,
+        "tool_calls": [
+            {
+                "id": ids[call.id],
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in message.tool_calls
+        ],
+    }
 
 
 def _alternate(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -208,5 +223,6 @@ def wire_messages(request: ModelRequest, dialect: Dialect) -> list[dict[str, Any
         )
     ids = wire_ids(request.messages, dialect.tool_call_ids)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    messages.extend(_message(message, ids) for message in request.messages)
+    field = dialect.reasoning_field
+    messages.extend(_message(message, ids, field) for message in request.messages)
     return _alternate(messages) if dialect.strict_alternation else messages

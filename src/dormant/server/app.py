@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.types import ASGIApp
 
 from ..errors import Unauthenticated
+from ..exporter import Exporter, render
 from ..runtime import Runtime
 from ..store.tenancy import Scope
 from . import problems
@@ -57,6 +58,9 @@ class ServerConfig:
     tenant_admission_burst: int = 0
     #: threads a tenant may have (children included; 0: no limit)
     tenant_max_threads: int = 0
+    #: the bearer token ``/metrics`` requires (None: served without authentication; tenant
+    #: API keys never open it, since its counts are store-wide)
+    metrics_token: str | None = None
     #: messages read per page when an event stream replays history
     replay_page: int = 32
     #: message content (bytes) read per replay page at most (one message always)
@@ -71,6 +75,7 @@ class ServerState:
     config: ServerConfig
     hub: Hub
     quotas: TenantQuotas
+    exporter: Exporter
     run_task: asyncio.Task[None] | None = None
     ready_checks: list[Callable[[], Awaitable[str | None]]] = field(default_factory=list)
 
@@ -100,13 +105,23 @@ async def tenant_scope(
     return Scope(tenant.id)
 
 
-def create_app(
-    runtime: Runtime,
-    config: ServerConfig | None = None,
-    *,
-    metrics_app: ASGIApp | None = None,
-) -> FastAPI:
-    """The HTTP app hosting ``runtime``. ``metrics_app`` is served at ``/metrics`` when given."""
+def check_metrics_token(config: ServerConfig, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """Unauthenticated (401) unless ``/metrics`` is open or the caller sent its token."""
+    expected = config.metrics_token
+    if expected is None:
+        return
+    sent = credentials.credentials if credentials is not None else ""
+    if (
+        credentials is None
+        or credentials.scheme.lower() != "bearer"
+        or not hmac.compare_digest(sent.encode(), expected.encode())
+    ):
+        raise Unauthenticated("/metrics needs the server's metrics token (--metrics-token)")
+
+
+def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
+    """The HTTP app hosting ``runtime``: health, ``/metrics``, REST v1, event streams and
+    the OpenAI-compatible endpoints."""
     from . import openai_chat, openai_responses, routes, streams
 
     config = config or ServerConfig()
@@ -121,7 +136,7 @@ def create_app(
         burst=config.tenant_admission_burst,
         max_threads=config.tenant_max_threads,
     )
-    state = ServerState(runtime=runtime, config=config, hub=hub, quotas=quotas)
+    state = ServerState(runtime=runtime, config=config, hub=hub, quotas=quotas, exporter=Exporter(runtime))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -179,8 +194,20 @@ def create_app(
             return JSONResponse(Health(status="unavailable", detail=problem).model_dump(), status_code=503)
         return Health(status="ok")
 
-    if metrics_app is not None:
-        app.add_route("/metrics", metrics_app, include_in_schema=False)  # type: ignore[arg-type]
+    @app.get("/metrics", response_class=PlainTextResponse, include_in_schema=False)
+    async def metrics(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> Response:
+        """Prometheus metrics of this process and the store (those of ``dormant run
+        --metrics-port``): open, or behind the metrics token when one is set (never a
+        tenant's key: the counts are store-wide). 503 when the store cannot be read."""
+        st = state_of(request)
+        check_metrics_token(st.config, credentials)
+        try:
+            body, content_type = await render(st.exporter)
+        except Exception as exc:  # a failed scrape says so; it never reports stale success
+            return PlainTextResponse(f"{type(exc).__name__}: {exc}\n", status_code=503)
+        return Response(body, media_type=content_type)
 
     app.include_router(routes.router)
     app.include_router(streams.router)

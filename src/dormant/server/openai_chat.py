@@ -149,6 +149,7 @@ async def stream_chunks(
     turns: AsyncIterator[str | Outcome],
     cleanup: ServerState | None,
     scratch: str,
+    tenant: str,
 ) -> AsyncIterator[str]:
     """The SSE body of a streamed completion: live text, then what the live text missed, the
     finish reason, tool calls and usage, then ``[DONE]``. An error ends it with an error event."""
@@ -183,7 +184,7 @@ async def stream_chunks(
     finally:
         if cleanup is not None:
             with contextlib.suppress(DormantError):
-                await cleanup.runtime.delete_thread(scratch)
+                await cleanup.runtime.delete_thread(scratch, tenant=tenant)
 
 
 @router.post("/chat/completions", response_model=None)
@@ -202,13 +203,13 @@ async def chat_completions(
     items, answers = unseen(body.messages, thread_id, agent, request)
     if not name:
         answers = []  # a stateless request has no open calls to answer
-    turns = exchange(state, thread_id, items, answers, client_tools=bool(body.tools))
+    turns = exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=bool(body.tools))
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     headers = {"X-Dormant-Thread": scope.outer(thread_id)}
     if body.stream:
         cleanup = None if name else state
         return StreamingResponse(
-            stream_chunks(request_id, body.model, turns, cleanup, thread_id),
+            stream_chunks(request_id, body.model, turns, cleanup, thread_id, scope.tenant_id),
             media_type="text/event-stream",
             headers={**headers, "Cache-Control": "no-store"},
         )
@@ -221,5 +222,5 @@ async def chat_completions(
     finally:
         if not name:
             with contextlib.suppress(DormantError):
-                await rt.delete_thread(thread_id)
+                await rt.delete_thread(thread_id, tenant=scope.tenant_id)
     return JSONResponse(completion(request_id, body.model, outcome), headers=headers)

@@ -225,13 +225,15 @@ async def responses(
     agent = body.model if body.model in rt.agents else agent_name(rt, None)
     thread_id, must_exist = thread_of(scope, body)
     if must_exist:
-        await rt.thread(thread_id)  # 404 for a response id of no thread of this tenant
+        await rt.thread(
+            thread_id, tenant=scope.tenant_id
+        )  # 404 for a response id of no thread of this tenant
     items, answers = parse_input(body, thread_id, agent, idempotency_key, request)
     extra: dict[str, Any] = {"previous_response_id": body.previous_response_id}
     if body.conversation is not None:
         cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
         extra["conversation"] = {"id": cid}
-    turns = exchange(state, thread_id, items, answers, client_tools=bool(body.tools))
+    turns = exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=bool(body.tools))
     if body.stream:
         return StreamingResponse(
             stream_events(scope, body.model, turns, thread_id, extra),

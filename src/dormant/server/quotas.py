@@ -21,7 +21,6 @@ from collections.abc import Callable
 
 from ..errors import NotFound, QuotaExceeded
 from ..runtime import Runtime
-from ..store.tenancy import tenant_of
 
 
 class TenantQuotas:
@@ -61,17 +60,16 @@ class TenantQuotas:
         while len(self._buckets) > self.max_tenants:
             self._buckets.popitem(last=False)
 
-    async def check_new_thread(self, runtime: Runtime, thread_id: str) -> None:
-        """QuotaExceeded if stored thread ``thread_id`` does not exist yet and its tenant
-        already has ``max_threads`` threads."""
+    async def check_new_thread(self, runtime: Runtime, thread_id: str, tenant: str) -> None:
+        """QuotaExceeded if stored thread ``thread_id`` does not exist yet and ``tenant``
+        (its tenant) already has ``max_threads`` threads."""
         if self.max_threads <= 0:
             return
         try:
-            await runtime.thread(thread_id)
+            await runtime.thread(thread_id, tenant=tenant)
             return  # not a new thread
         except NotFound:
             pass
-        tenant = tenant_of(thread_id)
         status = await runtime.status(tenant)
         threads = sum(status.threads_by_status.values())
         if threads >= self.max_threads:
@@ -79,7 +77,7 @@ class TenantQuotas:
                 f"this tenant has {threads} threads (quota {self.max_threads})", retry_after=60
             )
 
-    async def admit(self, runtime: Runtime, thread_id: str, count: int = 1) -> None:
-        """Both checks for ``count`` admissions to stored thread ``thread_id``."""
-        await self.check_new_thread(runtime, thread_id)
-        self.take(tenant_of(thread_id), count)
+    async def admit(self, runtime: Runtime, thread_id: str, tenant: str, count: int = 1) -> None:
+        """Both checks for ``count`` admissions to stored thread ``thread_id`` of ``tenant``."""
+        await self.check_new_thread(runtime, thread_id, tenant)
+        self.take(tenant, count)

@@ -1,7 +1,9 @@
 """The native REST API (v1): threads, inputs, paged messages, tool results, retry, status.
 
-Every route needs a tenant's bearer key and sees only that tenant's threads
-(:mod:`dormant.server.scope`): another tenant's id, cursor or call id answers 404.
+Every route needs a tenant's bearer key and sees only that tenant's threads: ids are
+mapped through the caller's :class:`~dormant.store.tenancy.Scope`, and every runtime and
+store call carries the caller's tenant, which the store core enforces again. Another
+tenant's id, cursor, call id or blob ref answers 404.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
+from ..blobs import MAX_READ
 from ..errors import Busy, PayloadTooLarge, UsageError
 from ..records import NewInput, Priority
 from ..runtime import Runtime
@@ -73,8 +76,8 @@ async def create_thread(request: Request, scope: TenantScope, body: ThreadCreate
     """Create a thread; an existing id is returned unchanged (so a retry is harmless)."""
     rt = runtime_of(request)
     thread_id = scope.inner(body.id or uuid.uuid4().hex)
-    await state_of(request).quotas.check_new_thread(rt, thread_id)
-    thread = await rt.store.create_thread(thread_id, agent_name(rt, body.agent))
+    await state_of(request).quotas.check_new_thread(rt, thread_id, scope.tenant_id)
+    thread = await rt.store.create_thread(thread_id, agent_name(rt, body.agent), tenant=scope.tenant_id)
     return ThreadOut.of(thread, scope)
 
 
@@ -83,21 +86,25 @@ async def list_threads(
     request: Request, scope: TenantScope, cursor: str | None = None, limit: Limit = 50
 ) -> ThreadPage:
     """One page of the tenant's threads, by id."""
-    page = await runtime_of(request).threads(cursor=scope.list_cursor(cursor), limit=limit)
-    items, next_cursor = scope.page(page)
+    page = await runtime_of(request).threads(
+        cursor=scope.list_cursor(cursor), limit=limit, tenant=scope.tenant_id
+    )
+    items = scope.page(page.items)
+    next_cursor = scope.outer(page.next_cursor) if page.next_cursor else None
     return ThreadPage(items=[ThreadOut.of(t, scope) for t in items], next_cursor=next_cursor)
 
 
 @router.get("/threads/{thread_id}", response_model=ThreadOut)
 async def get_thread(request: Request, scope: TenantScope, thread_id: str) -> ThreadOut:
     """One thread's metadata."""
-    return ThreadOut.of(await runtime_of(request).thread(scope.inner(thread_id)), scope)
+    thread = await runtime_of(request).thread(scope.inner(thread_id), tenant=scope.tenant_id)
+    return ThreadOut.of(thread, scope)
 
 
 @router.delete("/threads/{thread_id}", status_code=204, response_class=Response)
 async def delete_thread(request: Request, scope: TenantScope, thread_id: str) -> Response:
     """Delete a thread, its descendants and their histories (refused, 422, while one runs a slice)."""
-    await runtime_of(request).delete_thread(scope.inner(thread_id))
+    await runtime_of(request).delete_thread(scope.inner(thread_id), tenant=scope.tenant_id)
     return Response(status_code=204)
 
 
@@ -123,7 +130,7 @@ async def post_input(
     check_size(request, body.content)
     if body.strategy == "reject" and rt.scheduler.running(inner):
         raise Busy(f"thread {thread_id!r} is running")
-    await state_of(request).quotas.admit(rt, inner)
+    await state_of(request).quotas.admit(rt, inner, scope.tenant_id)
     item = NewInput(
         thread_id=inner,
         kind="user",
@@ -132,7 +139,7 @@ async def post_input(
         priority=Priority(body.priority),
         agent=agent_name(rt, body.agent),
     )
-    (admission,) = await rt.admit([item])
+    (admission,) = await rt.admit([item], tenant=scope.tenant_id)
     interrupted = False
     if body.strategy in ("interrupt", "rollback") and not admission.duplicate:
         interrupted = await rt.interrupt(inner)
@@ -157,7 +164,11 @@ async def list_messages(
 ) -> MessagePage:
     """One page of the thread's messages, oldest first (``asc``) or newest first (``desc``)."""
     page = await runtime_of(request).history(
-        scope.inner(thread_id), cursor=cursor, limit=limit, newest_first=order == "desc"
+        scope.inner(thread_id),
+        cursor=cursor,
+        limit=limit,
+        newest_first=order == "desc",
+        tenant=scope.tenant_id,
     )
     return MessagePage(items=[MessageOut.of(m) for m in page.items], next_cursor=page.next_cursor)
 
@@ -170,15 +181,39 @@ async def post_tool_result(
     check_size(request, body.content)
     rt = runtime_of(request)
     admission = await rt.post_tool_result(
-        scope.inner(thread_id), call_id, body.content, is_error=body.is_error
+        scope.inner(thread_id), call_id, body.content, is_error=body.is_error, tenant=scope.tenant_id
     )
     return AdmissionOut(input_id=admission.input_id, thread_id=thread_id, duplicate=admission.duplicate)
+
+
+@router.get(
+    "/threads/{thread_id}/blobs/{ref}",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}},
+)
+async def read_blob(
+    request: Request,
+    scope: TenantScope,
+    thread_id: str,
+    ref: Annotated[str, Path(pattern=r"^sha256:[0-9a-f]{64}$")],
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    length: Annotated[int, Query(ge=1, le=MAX_READ)] = MAX_READ,
+) -> Response:
+    """Bytes of a blob the thread (or an ancestor) refers to: a large tool output stored
+    whole, of which the thread's messages show an excerpt and the ref. ``X-Blob-Size``
+    is its size; a read past the end is empty."""
+    store = runtime_of(request).store
+    inner = scope.inner(thread_id)
+    blob = await store.get_blob(inner, ref, tenant=scope.tenant_id)
+    data = await store.read_blob(inner, ref, offset, length, tenant=scope.tenant_id)
+    return Response(data, media_type="application/octet-stream", headers={"X-Blob-Size": str(blob.size)})
 
 
 @router.post("/threads/{thread_id}/retry", response_model=ThreadOut)
 async def retry_thread(request: Request, scope: TenantScope, thread_id: str) -> ThreadOut:
     """Make a failed thread run again."""
-    return ThreadOut.of(await runtime_of(request).retry(scope.inner(thread_id)), scope)
+    thread = await runtime_of(request).retry(scope.inner(thread_id), tenant=scope.tenant_id)
+    return ThreadOut.of(thread, scope)
 
 
 @router.get("/status", response_model=StatusOut, tags=["status"])

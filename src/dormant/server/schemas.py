@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..records import Message, StoreStatus, Thread
+from ..records import Message, StoreStatus, Thread, Usage
 from ..store.tenancy import THREAD_ID_PATTERN, Scope
 
 #: How an input that arrives while its thread runs a slice is handled.
@@ -43,8 +43,23 @@ class ThreadCreate(Body):
     agent: str | None = Field(None, max_length=128, description="default: the server's first agent")
 
 
+class UsageOut(BaseModel):
+    """Tokens a model server counted (``cached`` is part of ``prompt``)."""
+
+    prompt: int
+    completion: int
+    cached: int
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageOut:
+        """The wire form of ``usage``."""
+        return cls(prompt=usage.prompt, completion=usage.completion, cached=usage.cached)
+
+
 class ThreadOut(BaseModel):
-    """A thread's metadata (never its history)."""
+    """A thread's metadata (never its history): ``usage`` sums the model tokens of its
+    committed slices; ``wait_reason`` / ``wait_until`` say why and until when it waits on
+    a model endpoint that is down (null when it does not)."""
 
     id: str
     agent: str
@@ -56,6 +71,9 @@ class ThreadOut(BaseModel):
     error: str | None
     created_at: float
     updated_at: float
+    usage: UsageOut
+    wait_reason: str | None = None
+    wait_until: float | None = None
 
     @classmethod
     def of(cls, thread: Thread, scope: Scope) -> ThreadOut:
@@ -72,6 +90,9 @@ class ThreadOut(BaseModel):
             error=thread.error,
             created_at=thread.created_at,
             updated_at=thread.updated_at,
+            usage=UsageOut.of(thread.usage),
+            wait_reason=thread.wait_reason,
+            wait_until=thread.wait_until if thread.wait_reason is not None else None,
         )
 
 
@@ -114,7 +135,12 @@ class ToolCallOut(BaseModel):
 
 
 class MessageOut(BaseModel):
-    """One message of a thread's history; ``seq`` numbers it (and is its event id)."""
+    """One message of a thread's history; ``seq`` numbers it (and is its event id).
+
+    An assistant message also has the server's ``finish_reason`` (``cut``: the output cap
+    cut it, ``finish_reason`` ``"length"``), the model's ``reasoning`` (kept apart from
+    ``content``) and the ``usage`` of the call(s) that wrote it, when the server sent them.
+    """
 
     seq: int
     role: str
@@ -123,6 +149,10 @@ class MessageOut(BaseModel):
     tool_call_id: str | None = None
     name: str | None = None
     created_at: float
+    finish_reason: str | None = None
+    cut: bool = False
+    reasoning: str | None = None
+    usage: UsageOut | None = None
 
     @classmethod
     def of(cls, message: Message) -> MessageOut:
@@ -135,6 +165,10 @@ class MessageOut(BaseModel):
             tool_call_id=message.tool_call_id,
             name=message.name,
             created_at=message.created_at,
+            finish_reason=message.finish_reason,
+            cut=message.cut,
+            reasoning=message.reasoning,
+            usage=UsageOut.of(message.usage) if message.usage is not None else None,
         )
 
 
@@ -163,6 +197,11 @@ class StatusOut(BaseModel):
     dead_letters: int
     messages: int
     schema_version: int
+    #: model tokens summed over the tenant's threads (prompt, completion, cached)
+    usage: dict[str, int] = {}
+    #: threads waiting on a model endpoint that is down, and the latest time one waits until
+    threads_waiting: int = 0
+    waiting_until: float | None = None
 
     @classmethod
     def of(cls, status: StoreStatus) -> StatusOut:
@@ -176,6 +215,9 @@ class StatusOut(BaseModel):
             dead_letters=status.dead_letters,
             messages=status.messages,
             schema_version=status.schema_version,
+            usage=status.usage,
+            threads_waiting=status.threads_waiting,
+            waiting_until=status.waiting_until if status.threads_waiting else None,
         )
 
 

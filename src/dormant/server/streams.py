@@ -52,9 +52,10 @@ def resume_after(last_event_id: str | None, after: int | None) -> int:
 
 
 async def thread_events(
-    state: ServerState, thread_id: str, after: int, sub: Subscriber
+    state: ServerState, thread_id: str, after: int, sub: Subscriber, *, tenant: str
 ) -> AsyncIterator[ServerSentEvent]:
-    """The event stream of stored thread ``thread_id`` after seq ``after``, until the client leaves."""
+    """The event stream of stored thread ``thread_id`` (of ``tenant``) after seq ``after``,
+    until the client leaves."""
     rt = state.runtime
     page_size = state.config.replay_page
     mark: tuple[str, int, str | None] | None = None
@@ -65,7 +66,11 @@ async def thread_events(
             sent = False
             while True:
                 page = await rt.history(
-                    thread_id, cursor=str(after), limit=page_size, max_bytes=state.config.replay_page_bytes
+                    thread_id,
+                    cursor=str(after),
+                    limit=page_size,
+                    max_bytes=state.config.replay_page_bytes,
+                    tenant=tenant,
                 )
                 for message in page.items:
                     yield ServerSentEvent(
@@ -78,7 +83,7 @@ async def thread_events(
             if sent:
                 sub.take()  # live text of a slice that has committed since
                 offset = 0
-            thread = await rt.thread(thread_id)
+            thread = await rt.thread(thread_id, tenant=tenant)
             now = (thread.status, thread.awaiting, thread.error)
             if now != mark:
                 mark = now
@@ -128,12 +133,12 @@ async def events(
     state = state_of(request)
     inner = scope.inner(thread_id)
     start = resume_after(last_event_id, after)
-    await state.runtime.thread(inner)  # 404 before the stream starts
+    await state.runtime.thread(inner, tenant=scope.tenant_id)  # 404 before the stream starts
     config = state.config
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         async with state.hub.subscribe(inner) as sub:
-            async for event in thread_events(state, inner, start, sub):
+            async for event in thread_events(state, inner, start, sub, tenant=scope.tenant_id):
                 yield event
 
     state.hub.check_room()  # 429 before the stream starts

@@ -3,7 +3,8 @@
 :func:`exchange` admits inputs (and answers open tool calls), then follows the
 thread through the hub until the agent's turn ends, yielding live text as it
 streams and finally an :class:`Outcome`. The turn ends when the newest message is
-an assistant reply without tool calls (``stop``), or, when the client said it runs
+an assistant reply without tool calls (``stop``; ``length`` when the output cap cut
+it), or, when the client said it runs
 tools itself, an assistant reply whose async calls are open (``tool_calls``). A
 failed thread raises :class:`~dormant.errors.ModelError` with its error.
 
@@ -53,10 +54,12 @@ def tokens_of(texts: Sequence[str]) -> int:
     return sum(count_text(t, DEFAULT_ENCODING) for t in texts if t)
 
 
-async def _anchor(state: ServerState, thread_id: str, input_ids: set[int], call_ids: set[str]) -> int | None:
+async def _anchor(
+    state: ServerState, thread_id: str, tenant: str, input_ids: set[int], call_ids: set[str]
+) -> int | None:
     """The seq before the newest message made from one of ``input_ids`` or answering one of
     ``call_ids`` among the last :data:`LOOKBACK` messages (a repeated request), or None."""
-    page = await state.runtime.history(thread_id, limit=LOOKBACK, newest_first=True)
+    page = await state.runtime.history(thread_id, limit=LOOKBACK, newest_first=True, tenant=tenant)
     for message in page.items:
         if message.input_id in input_ids or (message.role == "tool" and message.tool_call_id in call_ids):
             return message.seq - 1
@@ -69,28 +72,30 @@ async def exchange(
     items: Sequence[NewInput],
     answers: Sequence[Answer] = (),
     *,
+    tenant: str,
     client_tools: bool = False,
 ) -> AsyncIterator[str | Outcome]:
-    """Admit ``items`` and ``answers`` to stored thread ``thread_id``, then yield the agent's
-    live text and, last, the :class:`Outcome`. Raises ModelError after the reply timeout."""
+    """Admit ``items`` and ``answers`` to stored thread ``thread_id`` of ``tenant``, then
+    yield the agent's live text and, last, the :class:`Outcome`. Raises ModelError after
+    the reply timeout."""
     rt = state.runtime
     if not items and not answers:
         raise UsageError("nothing new to send: the messages were all seen before")
     if items:
-        await state.quotas.admit(rt, thread_id, len(items))
+        await state.quotas.admit(rt, thread_id, tenant, len(items))
     async with state.hub.subscribe(thread_id) as sub:
         try:
-            start = (await rt.thread(thread_id)).last_seq
+            start = (await rt.thread(thread_id, tenant=tenant)).last_seq
         except NotFound:
             start = 0
         call_ids = set()
         for answer in answers:
-            await rt.post_tool_result(thread_id, answer.call_id, answer.content)
+            await rt.post_tool_result(thread_id, answer.call_id, answer.content, tenant=tenant)
             call_ids.add(answer.call_id)
-        admissions = await rt.admit(items) if items else []
+        admissions = await rt.admit(items, tenant=tenant) if items else []
         input_ids = {a.input_id for a in admissions}
         if admissions and all(a.duplicate for a in admissions) and not answers:
-            start = await _anchor(state, thread_id, input_ids, call_ids) or start
+            start = await _anchor(state, thread_id, tenant, input_ids, call_ids) or start
         prompt = tokens_of([i.content for i in items] + [a.content for a in answers])
         found = False
         turn: list[Message] = []
@@ -98,7 +103,7 @@ async def exchange(
             async with asyncio.timeout(state.config.reply_timeout_s):
                 while True:
                     sub.wake.clear()
-                    page = await rt.history(thread_id, cursor=str(start), limit=64)
+                    page = await rt.history(thread_id, cursor=str(start), limit=64, tenant=tenant)
                     for message in page.items:
                         start = message.seq
                         if not found:
@@ -113,13 +118,14 @@ async def exchange(
                         continue
                     for text in sub.take():
                         yield text
-                    thread = await rt.thread(thread_id)
+                    thread = await rt.thread(thread_id, tenant=tenant)
                     if thread.status == "failed":
                         raise ModelError(f"the thread failed: {thread.error}", retryable=False)
                     last = turn[-1] if turn else None
                     if last is not None and last.role == "assistant":
                         if not last.tool_calls:
-                            yield _outcome(thread_id, last, "stop", (), prompt, turn)
+                            reason = "length" if last.cut else "stop"  # cut by the output cap
+                            yield _outcome(thread_id, last, reason, (), prompt, turn)
                             return
                         if client_tools and thread.awaiting > 0:
                             yield _outcome(thread_id, last, "tool_calls", last.tool_calls, prompt, turn)

@@ -153,11 +153,17 @@ class Backend(Protocol):
         ...
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None, cap: int
     ) -> list[Claim]:
         """Lease up to ``limit`` (>= 1) ready threads whose lease expired (of ``agents``
-        only, unless None), best ready key first, all with ``token``, until now +
-        ``lease_s``; each thread's failures + 1, the new count as the claim's ``attempts``."""
+        only, unless None), all with ``token``, until now + ``lease_s``; each thread's
+        failures + 1, the new count as the claim's ``attempts``.
+
+        Which threads: fair across tenants (the ``tenant`` column). A tenant's k-th best
+        claimable thread by ready key stands at place n + k, n being the live leases its
+        tenant holds; the claim takes the best places, ready key breaking ties, and none
+        over ``cap`` (a tenant's most leased threads at once; 0: no cap). One statement,
+        whose cost grows with the tenants that have ready work, not with the threads."""
         ...
 
     async def apply_plan(self, plan: CommitPlan) -> None:
@@ -180,11 +186,14 @@ class Backend(Protocol):
         or counted meanwhile is left as it is)."""
         ...
 
-    async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
+    async def release(
+        self, claim: Claim, *, retry_at: float, error: str | None, fail: bool, wait: str | None = None
+    ) -> None:
         """Clear the lease if ``claim`` still holds it: claimable again at ``retry_at``;
         with ``error`` the error kept (the claim counted the failure), without one
         failures - 1 (never below 0: the attempt is given back); with ``fail`` status ``failed``
-        (and not ready)."""
+        (and not ready). ``wait`` is stored as the thread's ``wait_reason`` (until
+        ``retry_at``); None clears it."""
         ...
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:

@@ -6,6 +6,12 @@ generic CRUD. :class:`~dormant.store.core.StoreCore` implements it once, over a
 contract suite in ``tests/contract`` runs against every backend. All methods raise
 :class:`~dormant.errors.StoreError` (or a subclass) when the store fails, and
 nothing is acknowledged before it is durable.
+
+Tenant scope: every thread, input and blob operation takes ``tenant`` (keyword-only;
+None, the default, is the library's unscoped access). With a tenant id, a thread id
+outside that tenant (:func:`~dormant.store.tenancy.tenant_of`) is NotFound, the same
+as a thread that never existed, and nothing is read or written; listings hold only
+the tenant's threads. ``dormant serve`` passes the caller's tenant on every call.
 """
 
 from __future__ import annotations
@@ -106,15 +112,15 @@ class Store(Protocol):
         """Flush pending writes and release connections."""
         ...
 
-    async def create_thread(self, thread_id: str, agent: str) -> Thread:
+    async def create_thread(self, thread_id: str, agent: str, *, tenant: str | None = None) -> Thread:
         """Create a thread if it does not exist; return the stored row either way."""
         ...
 
-    async def get_thread(self, thread_id: str) -> Thread:
+    async def get_thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """The thread's row; NotFound if it does not exist."""
         ...
 
-    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
+    async def admit(self, items: Sequence[NewInput], *, tenant: str | None = None) -> list[Admission]:
         """Admit inputs durably; a known ``(thread_id, dedup_key)`` changes nothing.
 
         A missing thread is created when ``item.agent`` is set, else NotFound.
@@ -123,11 +129,23 @@ class Store(Protocol):
         ...
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+        self,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        *,
+        agents: Collection[str] | None = None,
+        tenant_slices: int = 0,
     ) -> list[Claim]:
-        """Lease up to ``limit`` threads with ready input, best key first; with ``agents``,
-        only threads of those agents (the ones the worker hosts: a thread no worker can
-        serve waits, see ``StoreStatus.ready_by_agent``).
+        """Lease up to ``limit`` threads with ready input; with ``agents``, only threads of
+        those agents (the ones the worker hosts: a thread no worker can serve waits, see
+        ``StoreStatus.ready_by_agent``).
+
+        Fair across tenants: slices are shared out evenly between the tenants that have
+        ready work (a tenant's next thread comes before another's, the more leases that
+        other holds), each tenant's threads best key first; a tenant never holds more than
+        ``tenant_slices`` leases (0: no cap). One tenant's backlog, however old, so never
+        starves another's urgent input. With one tenant: best key first.
 
         Each claim counts an attempt: the thread's failure count grows by one, and the
         claim carries the new count (:attr:`~dormant.records.Claim.attempts`); a commit
@@ -147,13 +165,21 @@ class Store(Protocol):
         ...
 
     async def release(
-        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+        self,
+        claim: Claim,
+        *,
+        retry_at: float = 0.0,
+        error: str | None = None,
+        fail: bool = False,
+        wait: str | None = None,
     ) -> None:
         """Give a lease back without a commit (the slice failed).
 
         The thread is not claimable before ``retry_at``; with ``error`` the attempt the
         claim counted stays a failure, without one it is given back; with ``fail`` the
-        thread is marked failed until retried.
+        thread is marked failed until retried. ``wait`` says why the thread waits
+        (its model endpoint is down): kept as its ``wait_reason`` until ``retry_at``
+        (``wait_until``), cleared by its next release, commit or retry.
         """
         ...
 
@@ -161,7 +187,7 @@ class Store(Protocol):
         """Extend the leases still held; the ones missing from the answer were lost."""
         ...
 
-    async def retry_thread(self, thread_id: str) -> Thread:
+    async def retry_thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """Make a failed thread active again (failure count reset)."""
         ...
 
@@ -183,7 +209,7 @@ class Store(Protocol):
         ...
 
     async def complete_call(
-        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False, tenant: str | None = None
     ) -> Admission:
         """Answer an open async call from outside the dispatcher (a webhook, say).
 
@@ -207,12 +233,16 @@ class Store(Protocol):
         limit: int = 50,
         newest_first: bool = False,
         max_bytes: int | None = None,
+        tenant: str | None = None,
     ) -> Page[Message]:
         """One page of a thread's own messages, from ``cursor`` on."""
         ...
 
-    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
-        """One page of threads ordered by id."""
+    async def list_threads(
+        self, *, cursor: str | None = None, limit: int = 50, tenant: str | None = None
+    ) -> Page[Thread]:
+        """One page of threads ordered by id; with ``tenant``, only that tenant's (its
+        cursor must be one of its ids; UsageError for the default tenant '')."""
         ...
 
     async def list_outbox(
@@ -231,7 +261,7 @@ class Store(Protocol):
         only the counts of that tenant's threads (sizes 0)."""
         ...
 
-    async def delete_thread(self, thread_id: str) -> int:
+    async def delete_thread(self, thread_id: str, *, tenant: str | None = None) -> int:
         """Delete a thread and all its descendants (they inherit its history by reference)
         with every row of theirs, then every blob no thread refers to any more, in one
         transaction. Returns how many threads were deleted.
@@ -276,7 +306,9 @@ class Store(Protocol):
         out of range), InvalidInput (id, state)."""
         ...
 
-    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+    async def put_blob(
+        self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes], *, tenant: str | None = None
+    ) -> BlobRef:
         """Store the concatenation of ``chunks`` (pieces of any size) as one blob that
         ``thread_id`` refers to, and return its ref (``sha256:<hex>``) and size.
 
@@ -287,12 +319,14 @@ class Store(Protocol):
         """
         ...
 
-    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
+    async def get_blob(self, thread_id: str, ref: str, *, tenant: str | None = None) -> BlobRef:
         """The blob ``ref`` if ``thread_id`` or one of its ancestors refers to it; NotFound
         otherwise (whether it exists for another thread is not revealed)."""
         ...
 
-    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
+    async def read_blob(
+        self, thread_id: str, ref: str, offset: int = 0, length: int = 65536, *, tenant: str | None = None
+    ) -> bytes:
         """Bytes ``offset .. offset + length`` of the blob ``ref`` (fewer at its end; none
         past it), reading only the chunks that hold them.
 

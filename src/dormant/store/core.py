@@ -5,8 +5,13 @@ Every domain rule lives here, whatever the database: validation and size limits 
 inputs, paging (page size, cursors), which summary a view starts from and the view
 driver (:mod:`dormant.store.views`), plan checks, the view cache (one
 :class:`~dormant.cache.ViewCache`, handed in or created here, reachable as
-:attr:`StoreCore.views`), the byte cut of a slice's inputs, claim tokens. The
-backend only moves rows.
+:attr:`StoreCore.views`), the byte cut of a slice's inputs, claim tokens, tenant
+scope. The backend only moves rows.
+
+Tenant scope: every thread, input and blob operation takes ``tenant`` (keyword; None,
+the default, is the library's unscoped access). With a tenant, an id outside it is
+NotFound before any row is read, a listing stops at the tenant's last thread, and a
+slice's plan may write only into its own tenant (:mod:`dormant.store.tenancy`).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from ..records import (
     TierSizes,
     ViewLimits,
 )
-from . import keys
+from . import keys, tenancy
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
 from .journal import StateJournal
@@ -60,6 +65,8 @@ RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is ke
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
+#: Most characters of a thread's ``wait_reason`` kept.
+MAX_WAIT_REASON = 1_000
 
 
 def result_input(thread_id: str, call_id: str, tool: str | None, content: str, is_error: bool) -> NewInput:
@@ -234,26 +241,30 @@ class StoreCore:
 
     # -- threads ---------------------------------------------------------------------
 
-    async def create_thread(self, thread_id: str, agent: str) -> Thread:
+    async def create_thread(self, thread_id: str, agent: str, *, tenant: str | None = None) -> Thread:
         """Create a thread if it does not exist; the stored row either way."""
+        tenancy.check([thread_id], tenant)
         return await self.backend.create_thread(thread_id, agent)
 
-    async def get_thread(self, thread_id: str) -> Thread:
+    async def get_thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """The thread's row; NotFound if missing."""
+        tenancy.check([thread_id], tenant)
         thread = await self.backend.get_thread(thread_id)
         if thread is None:
             raise NotFound(f"no thread {thread_id!r}")
         return thread
 
-    async def retry_thread(self, thread_id: str) -> Thread:
+    async def retry_thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """Make a failed thread active again."""
+        tenancy.check([thread_id], tenant)
         thread = await self.backend.retry_thread(thread_id)
         if thread is None:
             raise NotFound(f"no thread {thread_id!r}")
         return thread
 
-    async def delete_thread(self, thread_id: str) -> int:
+    async def delete_thread(self, thread_id: str, *, tenant: str | None = None) -> int:
         """Delete a thread, its descendants and what only they refer to."""
+        tenancy.check([thread_id], tenant)
         tree = await self.backend.delete_threads(thread_id)
         for gone in tree:
             self.views.discard(gone)
@@ -261,9 +272,10 @@ class StoreCore:
 
     # -- admission and slices --------------------------------------------------------
 
-    async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
+    async def admit(self, items: Sequence[NewInput], *, tenant: str | None = None) -> list[Admission]:
         """Admit validated inputs durably, the batch in one transaction. The keys of
         ``user`` and ``event`` inputs live in the user namespace (:data:`USER_KEY_PREFIX`)."""
+        tenancy.check((item.thread_id for item in items), tenant)
         validate(items, self.max_input_bytes)
         if not items:
             return []
@@ -274,14 +286,24 @@ class StoreCore:
         ]
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, *, agents: Collection[str] | None = None
+        self,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        *,
+        agents: Collection[str] | None = None,
+        tenant_slices: int = 0,
     ) -> list[Claim]:
         """Lease up to ``limit`` ready threads (one token for the batch), of ``agents`` only
-        when given."""
+        when given, fair across tenants, none of a tenant that holds ``tenant_slices``
+        leases already (0: no cap)."""
         if limit <= 0:
             return []
+        if tenant_slices < 0:
+            raise UsageError(f"tenant_slices must be 0 (no cap) or positive, not {tenant_slices}")
         hosted = None if agents is None else sorted(set(agents))
-        return await self.backend.claim_threads(worker, limit, lease_s, secrets.token_hex(8), hosted)
+        token = secrets.token_hex(8)
+        return await self.backend.claim_threads(worker, limit, lease_s, token, hosted, tenant_slices)
 
     async def load_slice(self, claim: Claim, limits: ViewLimits) -> SliceLoad:
         """The claimed thread's row, bounded view and ready inputs (cut by bytes)."""
@@ -307,6 +329,7 @@ class StoreCore:
     async def commit_slice(self, plan: CommitPlan) -> None:
         """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""
         check_plan(plan)
+        tenancy.check_plan_scope(plan)
         validate(plan.admissions, self.max_input_bytes)
         validate_changes(plan.state)
         if plan.runs < 0:
@@ -329,14 +352,26 @@ class StoreCore:
         except BaseException:
             self.views.discard(plan.thread_id)
             raise
-        self.views.advance(plan.thread_id, plan.messages, summarized=plan.summary is not None)
+        # a view never holds reasoning (see the backends' view reads)
+        messages = tuple(
+            m if m.reasoning is None else msgspec.structs.replace(m, reasoning=None) for m in plan.messages
+        )
+        self.views.advance(plan.thread_id, messages, summarized=plan.summary is not None)
 
     async def release(
-        self, claim: Claim, *, retry_at: float = 0.0, error: str | None = None, fail: bool = False
+        self,
+        claim: Claim,
+        *,
+        retry_at: float = 0.0,
+        error: str | None = None,
+        fail: bool = False,
+        wait: str | None = None,
     ) -> None:
         """Give a lease back without a commit."""
         self.pending_counts.take(claim.thread_id)
-        await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail)
+        if wait is not None:
+            wait = wait[:MAX_WAIT_REASON]
+        await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail, wait=wait)
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend the leases still held."""
@@ -360,9 +395,10 @@ class StoreCore:
         return await self.backend.claim_outbox(worker, max(0, limit), lease_s, secrets.token_hex(8), hosted)
 
     async def complete_call(
-        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False
+        self, thread_id: str, call_id: str, content: str, *, is_error: bool = False, tenant: str | None = None
     ) -> Admission:
         """Answer an open call from outside the dispatcher (first answer wins)."""
+        tenancy.check([thread_id], tenant)
         item = result_input(thread_id, call_id, None, content, is_error)
         validate([item], self.max_input_bytes)
         return await self.backend.complete_call(item)
@@ -386,10 +422,13 @@ class StoreCore:
         limit: int = 50,
         newest_first: bool = False,
         max_bytes: int | None = None,
+        tenant: str | None = None,
     ) -> Page[Message]:
         """One page of a thread's messages; the cursor is the last seq seen. With
         ``max_bytes``, the page also holds at most that many bytes of message content
-        (UTF-8), but always one message: a bound on what one page costs to hold."""
+        and reasoning (UTF-8), but always one message: a bound on what one page costs
+        to hold."""
+        tenancy.check([thread_id], tenant)
         limit = clamp_limit(limit)
         after = seq_cursor(cursor, default=2**62 if newest_first else 0)
         if max_bytes is not None and max_bytes < 1:
@@ -401,17 +440,22 @@ class StoreCore:
         if max_bytes is not None:
             total = 0
             for index, message in enumerate(rows[:keep]):
-                total += len(message.content.encode())
+                total += len(message.content.encode()) + len((message.reasoning or "").encode())
                 if total > max_bytes and index > 0:
                     keep = index
                     break
         items = tuple(rows[:keep])
         return Page(items=items, next_cursor=str(items[-1].seq) if len(rows) > keep and items else None)
 
-    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> Page[Thread]:
-        """One page of threads by id."""
+    async def list_threads(
+        self, *, cursor: str | None = None, limit: int = 50, tenant: str | None = None
+    ) -> Page[Thread]:
+        """One page of threads by id (with ``tenant``, of that tenant only, children
+        included; its cursor must be one of its ids)."""
         limit = clamp_limit(limit)
-        rows = await self.backend.thread_rows(cursor or "", limit + 1)
+        rows = tenancy.own_rows(
+            await self.backend.thread_rows(tenancy.list_after(tenant, cursor), limit + 1), tenant
+        )
         items = tuple(rows[:limit])
         return Page(items=items, next_cursor=items[-1].id if len(rows) > limit and items else None)
 
@@ -492,19 +536,26 @@ class StoreCore:
 
     # -- blobs -----------------------------------------------------------------------
 
-    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+    async def put_blob(
+        self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes], *, tenant: str | None = None
+    ) -> BlobRef:
         """Store ``chunks`` as one blob that ``thread_id`` refers to."""
+        tenancy.check([thread_id], tenant)
         return await self.backend.put_blob(thread_id, chunks)
 
-    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
+    async def get_blob(self, thread_id: str, ref: str, *, tenant: str | None = None) -> BlobRef:
         """The blob ``ref`` if ``thread_id`` or an ancestor refers to it."""
+        tenancy.check([thread_id], tenant)
         size = await self.backend.blob_size(thread_id, ref)
         if size is None:
             raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
         return BlobRef(ref=ref, size=size)
 
-    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
+    async def read_blob(
+        self, thread_id: str, ref: str, offset: int = 0, length: int = 65536, *, tenant: str | None = None
+    ) -> bytes:
         """A byte range of a blob ``thread_id`` may see."""
+        tenancy.check([thread_id], tenant)
         length = read_length(offset, length)
         data = await self.backend.read_blob(thread_id, ref, offset, length)
         if data is None:

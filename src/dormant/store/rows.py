@@ -22,17 +22,22 @@ from ..records import (
     Tenant,
     Thread,
     ToolCall,
+    Usage,
 )
 
 THREAD_COLS = (
     "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at, "
-    "tokens, summarized_tokens, summary_seq"
+    "tokens, summarized_tokens, summary_seq, usage_prompt, usage_completion, usage_cached, "
+    "wait_reason, wait_until"
 )
 INPUT_COLS = (
     "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
     "call_id, tool_name, is_error, source"
 )
-MESSAGE_COLS = "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at, tokens"
+MESSAGE_COLS = (
+    "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at, tokens, "
+    "finish_reason, reasoning, usage_prompt, usage_completion, usage_cached"
+)
 SUMMARY_COLS = "thread_id, upto_seq, content, tokens, covered_tokens, made_at_seq, created_at"
 OUTBOX_COLS = (
     "id, thread_id, agent, call_id, tool, arguments, status, attempts, idempotent, "
@@ -66,6 +71,11 @@ def row_thread(row: Sequence[Any]) -> Thread:
         tokens=row[11],
         summarized_tokens=row[12],
         summary_seq=row[13],
+        usage_prompt=row[14],
+        usage_completion=row[15],
+        usage_cached=row[16],
+        wait_reason=row[17],
+        wait_until=row[18],
     )
 
 
@@ -100,6 +110,11 @@ def row_message(row: Sequence[Any]) -> Message:
         input_id=row[7],
         created_at=row[8],
         tokens=row[9] or 0,
+        finish_reason=row[10],
+        reasoning=row[11],
+        usage=None
+        if row[12] is None
+        else Usage(prompt=row[12], completion=row[13] or 0, cached=row[14] or 0),
     )
 
 
@@ -153,6 +168,21 @@ def row_key(row: Sequence[Any]) -> ApiKey:
 def row_live_key(row: Sequence[Any]) -> tuple[bytes, bytes, Tenant]:
     """A live key's (salt, digest) and its tenant (``LIVE_KEY``: salt, digest, tenant columns)."""
     return bytes(row[0]), bytes(row[1]), row_tenant(row[2:])
+
+
+def usage_and_waits(
+    totals: Sequence[Any], waiting: Sequence[Any], reasons: Sequence[Sequence[Any]]
+) -> dict[str, Any]:
+    """The usage and wait fields of a :class:`~dormant.records.StoreStatus` from a totals
+    row (prompt, completion, cached sums), the (count, latest until) row of the threads
+    waiting on a model endpoint and the (reason, count) rows of their commonest reasons."""
+    prompt, completion, cached = (int(value or 0) for value in totals)
+    return {
+        "usage": {"prompt": prompt, "completion": completion, "cached": cached},
+        "threads_waiting": int(waiting[0] or 0),
+        "waiting_until": float(waiting[1] or 0),
+        "waiting_by_reason": {str(reason): int(count) for reason, count in reasons},
+    }
 
 
 def row_journal(row: Sequence[Any]) -> JournalEntry:

@@ -9,16 +9,24 @@ a thread that was never created. Thread listings page by id, so a tenant's threa
 are one contiguous range starting at its prefix.
 
 The store derives each thread's ``tenant`` column from the same prefix (see the
-threads table), which per-tenant status counts by. The library API uses no scope
-(the default tenant: ids are stored as given).
+threads table), which per-tenant status counts and fair claims go by. The library API
+uses no scope (ids are stored as given: the default tenant '').
+
+The rule is enforced twice. The server maps every id a client sends through a
+:class:`Scope`; and :class:`~dormant.store.core.StoreCore` takes the tenant with every
+thread, input and blob operation (``tenant=``) and refuses, as NotFound and before any
+row is read, an id outside it (:func:`check`), so no caller reaches another tenant's
+rows by a wrong id, whatever path it took. A slice's plan may only touch threads of its
+own thread's tenant (:func:`check_plan_scope`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
-from ..errors import NotFound
-from ..records import Page, Thread
+from ..errors import NotFound, StoreError, UsageError
+from ..records import CommitPlan, Thread
 
 #: Client thread ids: 1-128 of ``A-Z a-z 0-9 . _ : @ -``.
 THREAD_ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
@@ -56,23 +64,60 @@ class Scope:
         """Whether a stored thread id belongs to this tenant."""
         return stored_id.startswith(self.prefix)
 
-    def list_cursor(self, cursor: str | None) -> str:
+    def list_cursor(self, cursor: str | None) -> str | None:
         """The store cursor for a tenant's listing cursor (a thread id of its own, or none)."""
-        if not cursor:
-            return self.prefix
-        return self.prefix + cursor
+        return self.prefix + cursor if cursor else None
 
-    def page(self, page: Page[Thread]) -> tuple[list[Thread], str | None]:
-        """The tenant's threads of a store page and the tenant's next cursor.
+    def page(self, threads: Sequence[Thread]) -> list[Thread]:
+        """The threads of a page the store listed for this tenant (``tenant=``), checked to
+        be its own (NotFound otherwise: never shown)."""
+        for thread in threads:
+            self.outer(thread.id)
+        return list(threads)
 
-        The page ends at the first thread outside the prefix: ids are ordered, so
-        nothing of this tenant's follows it.
-        """
-        mine: list[Thread] = []
-        for thread in page.items:
-            if not self.owns(thread.id):
-                return mine, None
-            mine.append(thread)
-        if page.next_cursor is None or not mine:
-            return mine, None
-        return mine, self.outer(mine[-1].id)
+
+def check(thread_ids: Iterable[str], tenant: str | None) -> None:
+    """NotFound unless every stored id belongs to ``tenant`` (None: no scope, any id)."""
+    if tenant is None:
+        return
+    for thread_id in thread_ids:
+        if tenant_of(thread_id) != tenant:
+            raise NotFound(f"no thread {thread_id!r}")
+
+
+def list_after(tenant: str | None, cursor: str | None) -> str:
+    """Where a listing of ``tenant``'s threads starts: after ``cursor`` (a stored id of
+    its own; NotFound for another's), else at the tenant's prefix."""
+    if tenant is None:
+        return cursor or ""
+    if tenant == "":
+        raise UsageError("the default tenant's threads are listed without a tenant (tenant=None)")
+    if not cursor:
+        return tenant + "/"
+    check([cursor], tenant)
+    return cursor
+
+
+def own_rows(rows: Sequence[Thread], tenant: str | None) -> Sequence[Thread]:
+    """The rows of a listing up to the first one outside ``tenant`` (ids are ordered, so
+    nothing of the tenant follows it)."""
+    if tenant is None:
+        return rows
+    for n, thread in enumerate(rows):
+        if tenant_of(thread.id) != tenant:
+            return rows[:n]
+    return rows
+
+
+def check_plan_scope(plan: CommitPlan) -> None:
+    """StoreError unless every thread a slice's plan creates or admits to is in the tenant
+    of the slice's own thread, when that thread has one (a slice never writes into
+    another tenant)."""
+    tenant = tenant_of(plan.thread_id)
+    if not tenant:
+        return  # the library's threads are unscoped
+    touched = [t.id for t in plan.threads] + [t.parent_id for t in plan.threads]
+    touched += [a.thread_id for a in plan.admissions]
+    for thread_id in touched:
+        if tenant_of(thread_id) != tenant:
+            raise StoreError(f"a slice of {plan.thread_id!r} may not write to thread {thread_id!r}")

@@ -59,10 +59,6 @@ CREATE TABLE inputs (
 );
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
->>>>>>> ret2
 -- Every dedup key ever admitted, for ever: a repeated (thread, key) is a duplicate.
 CREATE TABLE input_keys (
     thread_id TEXT NOT NULL,
@@ -70,21 +66,6 @@ CREATE TABLE input_keys (
     input_id  INTEGER NOT NULL,
     PRIMARY KEY (thread_id, dedup_key)
 ) WITHOUT ROWID;
-<<<<<<< HEAD
-=======
--- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
--- input was consumed): a repeated (thread, key) is a duplicate.
-CREATE TABLE input_keys (
-    thread_id   TEXT NOT NULL,
-    dedup_key   TEXT NOT NULL,
-    input_id    INTEGER NOT NULL,
-    admitted_at REAL NOT NULL DEFAULT 0,
-    PRIMARY KEY (thread_id, dedup_key)
-) WITHOUT ROWID;
-CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
->>>>>>> ret2
-=======
->>>>>>> ret2
 
 -- A rowid table: rows are appended in commit order, so pages stay full although
 -- threads interleave; the (thread_id, seq) index serves views and paging.
@@ -183,10 +164,6 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
 
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
->>>>>>> ret2
 -- long-term memory (issue 15; migrations/0005_memory_records.sql)
 CREATE TABLE memory_records (
     rid            INTEGER PRIMARY KEY,
@@ -275,11 +252,6 @@ CREATE VIRTUAL TABLE memory_fts USING fts5(
     scope, body, content='', contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'
 );
 
-<<<<<<< HEAD
-=======
->>>>>>> ret2
-=======
->>>>>>> ret2
 -- The state journal: per thread, change records (add/update/delete of a key, value
 -- as JSON text) written in the slice's transaction, and checkpoint headers (full or
 -- incremental) whose body lives in state_parts. A checkpoint counts for recovery only
@@ -297,25 +269,10 @@ CREATE TABLE state_journal (
     digest      TEXT,
     recoverable INTEGER NOT NULL DEFAULT 0,
     created_at  REAL NOT NULL,
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
-    -- the thread's last message seq when written (fork and rewind branch there)
-    msg_seq     INTEGER NOT NULL DEFAULT 0,
->>>>>>> ret2
-=======
->>>>>>> ret2
     PRIMARY KEY (thread_id, seq)
 );
 CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
     WHERE kind IN ('full', 'incremental');
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
-CREATE INDEX state_journal_keys ON state_journal (thread_id, key, seq) WHERE key IS NOT NULL;
->>>>>>> ret2
-=======
->>>>>>> ret2
 CREATE TABLE state_parts (
     thread_id TEXT NOT NULL,
     seq       INTEGER NOT NULL,

@@ -401,10 +401,10 @@ class PostgresBackend(BackendDefaults):
         return result
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None, cap: int
     ) -> list[Claim]:
-        """Lease up to ``limit`` ready threads, best key first (SKIP LOCKED), the leases
-        of dead workers included."""
+        """Lease up to ``limit`` ready threads, fair across tenants (SKIP LOCKED), the
+        leases of dead workers included."""
         await self._beats_for(worker)
         now = self.clock()
         expires = now + lease_s
@@ -416,6 +416,7 @@ class PostgresBackend(BackendDefaults):
             "expires": expires,
             "dead": self.dead_after_s,
             "agents": agents,
+            "cap": cap,
         }
 
         def decode(rows: Rows, count: int) -> list[Claim]:
@@ -439,8 +440,8 @@ class PostgresBackend(BackendDefaults):
             threads=[plan.thread_id, *(a.thread_id for a in plan.admissions)],
             notify=(NOTIFY_OUTBOX if plan.calls else 0) | (NOTIFY_THREADS if plan.admissions else 0),
         )
-        size = sum(len(m.content) for m in plan.messages) + sum(len(a.content) for a in plan.admissions)
-        size += sum(len(c.value or "") for c in plan.state)
+        size = sum(len(m.content) + len(m.reasoning or "") for m in plan.messages)
+        size += sum(len(a.content) for a in plan.admissions) + sum(len(c.value or "") for c in plan.state)
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(job, size + 512)
@@ -451,9 +452,12 @@ class PostgresBackend(BackendDefaults):
         params = ([c[0] for c in counts], [c[1] for c in counts], [c[2] for c in counts])
         await self._write(Job(sql.STORE_COUNTS, params, _none, threads=ids), 64 * len(counts))
 
-    async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
+    async def release(
+        self, claim: Claim, *, retry_at: float, error: str | None, fail: bool, wait: str | None = None
+    ) -> None:
         """Clear the lease if ``claim`` still holds it."""
         params = {
+            "wait": clean_text(wait),
             "retry_at": retry_at,
             "inc": 0 if error else -1,
             "error": clean_text(error),

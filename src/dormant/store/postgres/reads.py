@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...records import (
     READY_AGENTS_SHOWN,
+    WAIT_REASONS_SHOWN,
     Claim,
     Input,
     Message,
@@ -20,7 +21,7 @@ from ...records import (
     Summary,
     Thread,
 )
-from ..rows import THREAD_WIDTH, row_entry, row_input, row_message, row_summary, row_thread
+from ..rows import THREAD_WIDTH, row_entry, row_input, row_message, row_summary, row_thread, usage_and_waits
 from . import sql
 from .driver import Conn, Rows, translate
 
@@ -144,6 +145,7 @@ class PgReads:
     async def _status(self, tenant: str | None) -> StoreStatus:
         now = self.clock()
         args = {"tenant": tenant, "now": now}
+        scope = {"tenant": tenant, "limit": WAIT_REASONS_SHOWN}
         if tenant is None:
             statements: list[tuple[str, Sequence[Any] | Mapping[str, Any]]] = [
                 (sql.STATUS_THREADS, ()),
@@ -154,6 +156,9 @@ class PgReads:
                 (sql.STATUS_MESSAGES, ()),
                 (sql.SCHEMA_VERSION, ()),
                 (sql.TABLE_BYTES, ()),
+                (sql.STATUS_USAGE, scope),
+                (sql.STATUS_WAITING, scope),
+                (sql.STATUS_WAITING_BY_REASON, scope),
                 (sql.STATUS_READY_BY_AGENT, (now, now, READY_AGENTS_SHOWN)),
             ]
         else:
@@ -166,6 +171,9 @@ class PgReads:
                 (sql.TENANT_MESSAGE_COUNT, args),
                 (sql.SCHEMA_VERSION, ()),
                 (sql.NO_BYTES, ()),
+                (sql.STATUS_USAGE, scope),
+                (sql.STATUS_WAITING, scope),
+                (sql.STATUS_WAITING_BY_REASON, scope),
             ]
         try:
             async with self._reads().connection() as conn:
@@ -174,8 +182,10 @@ class PgReads:
                 rows = [await c.fetchall() for c in cursors]
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
-        by_status, ready, leased, backlog, outbox, messages, version, size = rows[:8]
-        by_agent = rows[8] if len(rows) > 8 else []
+        by_status, ready, leased, backlog, outbox, messages, version, size, usage, waiting, reasons = rows[
+            :11
+        ]
+        by_agent = rows[11] if len(rows) > 11 else []
         counts = {str(s): int(n) for s, n in outbox}
         return StoreStatus(
             threads_by_status={str(s): int(n) for s, n in by_status},
@@ -189,4 +199,5 @@ class PgReads:
             wal_bytes=0,
             schema_version=int(version[0][0]),
             ready_by_agent={str(a): int(n) for a, n in by_agent},
+            **usage_and_waits(usage[0], waiting[0], reasons),
         )

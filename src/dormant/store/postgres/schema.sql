@@ -41,10 +41,19 @@ CREATE TABLE threads (
     -- whose ids extend their parent's, inherit it
     tenant            text COLLATE "C" GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND left(id, 1) = 't' THEN left(id, 13) ELSE '' END) STORED,
     -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
-    runs              bigint NOT NULL DEFAULT 0
+    runs              bigint NOT NULL DEFAULT 0,
+    -- tokens the model server counted for the thread's committed slices
+    usage_prompt      bigint NOT NULL DEFAULT 0,
+    usage_completion  bigint NOT NULL DEFAULT 0,
+    usage_cached      bigint NOT NULL DEFAULT 0,
+    -- why (and until when) the thread waits on its model endpoint, uncounted as a failure
+    wait_reason       text,
+    wait_until        double precision NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
-CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+-- the claim walks the tenants with ready work, each one's threads by ready_key (CLAIM_THREADS)
+CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
+CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
@@ -95,6 +104,13 @@ CREATE TABLE messages (
     input_id     bigint,
     created_at   double precision NOT NULL,
     tokens       integer,  -- counted when written; NULL on rows written before schema 2
+    -- an assistant message: the server's finish_reason ('length': cut by the output cap),
+    -- the model's reasoning (apart from the answer), the tokens the server counted
+    finish_reason    text,
+    reasoning        text,
+    usage_prompt     integer,
+    usage_completion integer,
+    usage_cached     integer,
     PRIMARY KEY (thread_id, seq)
 );
 
@@ -290,6 +306,7 @@ DECLARE
     v_summary_seq bigint;
     v_tokens bigint := (SELECT coalesce(sum((m ->> 'tokens')::bigint), 0)
                         FROM jsonb_array_elements(p_plan -> 'messages') m);
+    v_usage jsonb := p_plan -> 'usage';
 BEGIN
     SELECT t.lease_token, t.last_seq, t.agent, t.summary_seq
     INTO v_token, v_last, v_agent, v_summary_seq
@@ -333,14 +350,17 @@ BEGIN
                 MESSAGE = format('the messages of %L do not continue its history', v_thread);
         END IF;
         INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name,
-                              source, input_id, created_at, tokens)
+                              source, input_id, created_at, tokens, finish_reason, reasoning,
+                              usage_prompt, usage_completion, usage_cached)
         SELECT v_thread, m.seq, m.role, m.content,
                CASE WHEN jsonb_array_length(m.tool_calls) > 0 THEN m.tool_calls::text END,
                m.tool_call_id, m.name, m.source, m.input_id, coalesce(nullif(m.created_at, 0), p_now),
-               m.tokens
+               m.tokens, m.finish_reason, m.reasoning, (m.usage ->> 'prompt')::integer,
+               (m.usage ->> 'completion')::integer, (m.usage ->> 'cached')::integer
         FROM jsonb_to_recordset(p_plan -> 'messages') AS m (
             seq bigint, role text, content text, tool_calls jsonb, tool_call_id text, name text,
-            source text, input_id bigint, created_at double precision, tokens integer);
+            source text, input_id bigint, created_at double precision, tokens integer,
+            finish_reason text, reasoning text, usage jsonb);
     END IF;
     IF jsonb_array_length(p_plan -> 'calls') > 0 THEN
         INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
@@ -361,6 +381,10 @@ BEGIN
         lease_token = NULL, lease_owner = NULL, lease_expires = 0, updated_at = p_now,
         tokens = t.tokens + v_tokens,
         runs = t.runs + coalesce((p_plan ->> 'runs')::bigint, 0),
+        usage_prompt = t.usage_prompt + coalesce((v_usage ->> 'prompt')::bigint, 0),
+        usage_completion = t.usage_completion + coalesce((v_usage ->> 'completion')::bigint, 0),
+        usage_cached = t.usage_cached + coalesce((v_usage ->> 'cached')::bigint, 0),
+        wait_reason = NULL, wait_until = 0,
         summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
         summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i
@@ -479,6 +503,26 @@ BEGIN
     FROM picked WHERE o.id = picked.id
     RETURNING o.*;
 END
+$$;
+
+-- A tenant's best claimable threads by ready key, at most p_limit of them, locked (SKIP
+-- LOCKED: rows another claim holds are skipped). Read by walking threads_ready in key
+-- order whatever the planner guesses of the tenant's size: with bitmap and sequential
+-- scans on, a small guess (many small tenants, or no statistics yet) makes it fetch and
+-- sort every ready thread of the tenant, a flooding one included, on every claim.
+CREATE FUNCTION dormant_tenant_claimable(
+    p_tenant text, p_now double precision, p_limit integer, p_agents text[], p_dead double precision
+) RETURNS TABLE (r_id text, r_key double precision) LANGUAGE sql
+SET enable_bitmapscan = off SET enable_seqscan = off AS $$
+    SELECT t.id, t.ready_key FROM threads t
+    WHERE t.tenant = p_tenant AND t.ready_key IS NOT NULL AND t.ready_at <= p_now
+      AND (t.lease_expires <= p_now
+           OR t.lease_owner IN (SELECT w.id FROM workers w
+                                WHERE w.heartbeat_at < now() - make_interval(secs => p_dead)))
+      AND (p_agents IS NULL OR t.agent = ANY (p_agents))
+    ORDER BY t.ready_key
+    LIMIT p_limit
+    FOR NO KEY UPDATE OF t SKIP LOCKED
 $$;
 
 -- Answer an open call from outside the dispatcher: the call leaves the outbox and its

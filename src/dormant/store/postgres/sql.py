@@ -30,20 +30,42 @@ COMPLETE_CALL = (
     "SELECT r_input_id, r_duplicate FROM dormant_complete_call(%s, %s, %s, %s, %s::float8, %s::float8)"
 )
 CREATE_THREAD = f"SELECT {THREAD_COLS} FROM dormant_create_thread(%s, %s, %s::float8)"
-# Lease the best-keyed ready threads whose lease expired or whose worker stopped
-# heartbeating %(dead)s seconds ago (by the database clock). Rows another transaction
-# holds are skipped, not waited for: that is what lets many workers claim from one table.
+# The claim, fair across tenants (the rule: dormant.store.fairness), in one statement:
+# `ready_tenants` skip-scans threads_ready for the tenants with ready work, `candidates`
+# takes each one's best %(limit)s claimable threads (dormant_tenant_claimable: locked,
+# SKIP LOCKED, rows another claim holds are skipped, not waited for; the few locked but
+# not leased here are free again at COMMIT) and places its k-th at (live leases of its
+# tenant + k); the %(limit)s best places within %(cap)s are leased. A lease counts as
+# live until it expires or its worker stopped heartbeating %(dead)s seconds ago
+# (database clock): then its thread is claimable.
 CLAIM_THREADS = """
-WITH dead AS (
+WITH RECURSIVE dead AS (
     SELECT id FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(dead)s)
+), ready_tenants AS (
+    (SELECT tenant FROM threads WHERE ready_key IS NOT NULL ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant FROM threads t
+            WHERE t.ready_key IS NOT NULL AND t.tenant > ready_tenants.tenant ORDER BY t.tenant LIMIT 1)
+    FROM ready_tenants WHERE ready_tenants.tenant IS NOT NULL
+), held AS (
+    SELECT tenant, count(*) AS n FROM threads
+    WHERE lease_token IS NOT NULL AND lease_expires > %(now)s
+      AND lease_owner NOT IN (SELECT id FROM dead)
+    GROUP BY tenant
+), candidates AS (
+    SELECT c.id, c.ready_key,
+        coalesce(h.n, 0) + row_number() OVER (PARTITION BY ready_tenants.tenant ORDER BY c.ready_key) AS place
+    FROM ready_tenants
+    CROSS JOIN LATERAL dormant_tenant_claimable(
+        ready_tenants.tenant, %(now)s::float8, %(limit)s::integer, %(agents)s::text[], %(dead)s::float8
+    ) AS c (id, ready_key)
+    LEFT JOIN held h ON h.tenant = ready_tenants.tenant
+    WHERE ready_tenants.tenant IS NOT NULL
 ), picked AS (
-    SELECT id, ready_key FROM threads
-    WHERE ready_key IS NOT NULL AND ready_at <= %(now)s
-      AND (lease_expires <= %(now)s OR lease_owner IN (SELECT id FROM dead))
-      AND (%(agents)s::text[] IS NULL OR agent = ANY (%(agents)s::text[]))
-    ORDER BY ready_key
+    SELECT id, ready_key FROM candidates
+    WHERE %(cap)s::integer = 0 OR place <= %(cap)s::integer
+    ORDER BY place, ready_key
     LIMIT %(limit)s
-    FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE threads t SET lease_token = %(token)s, lease_owner = %(worker)s, lease_expires = %(expires)s,
     failures = t.failures + 1
@@ -58,9 +80,13 @@ RETURNING t.id
 """
 # A failed thread is not ready (ready_key NULL) until retry_thread recomputes it. The
 # claim counted an attempt (failures + 1); a release without an error gives it back.
+# A wait reason (the model endpoint is down) is kept until the thread's next release,
+# commit or retry; its until is the retry time.
 RELEASE = """
 UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = %(retry_at)s,
     failures = greatest(0, failures + %(inc)s), error = coalesce(%(error)s, error),
+    wait_reason = %(wait)s::text,
+    wait_until = CASE WHEN %(wait)s::text IS NULL THEN 0 ELSE %(retry_at)s END,
     status = CASE WHEN %(fail)s THEN 'failed' ELSE status END, updated_at = %(now)s,
     ready_key = CASE WHEN %(fail)s THEN NULL ELSE ready_key END,
     ready_at = CASE WHEN %(fail)s THEN NULL ELSE ready_at END
@@ -69,6 +95,7 @@ WHERE id = %(id)s AND lease_token = %(token)s
 # A live lease is left alone: the slice running under it keeps its thread.
 RETRY_THREAD = f"""
 UPDATE threads t SET status = 'active', failures = 0, error = NULL, updated_at = %(now)s,
+    wait_reason = NULL, wait_until = 0,
     lease_expires = CASE WHEN t.lease_token IS NOT NULL AND t.lease_expires > %(now)s
                          THEN t.lease_expires ELSE 0 END,
     ready_key = (SELECT min(i.sort_key) FROM inputs i
@@ -117,8 +144,11 @@ STORE_COUNTS = (
     "FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS c(thread_id, seq, tokens) "
     "WHERE m.thread_id = c.thread_id AND m.seq = c.seq AND COALESCE(m.tokens, 0) = 0"
 )
+# A view never holds reasoning (the model is not shown it again; it would escape the
+# view's byte bound): NULL in its place.
+VIEW_MESSAGE_COLS = MESSAGE_COLS.replace("reasoning", "NULL")
 NEWEST_MESSAGES = (
-    f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq <= %s AND seq > %s "
+    f"SELECT {VIEW_MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq <= %s AND seq > %s "
     "ORDER BY seq DESC LIMIT %s"
 )
 SUMMARY_AT = f"SELECT {SUMMARY_COLS} FROM summaries WHERE thread_id = %s AND upto_seq = %s"
@@ -197,6 +227,20 @@ GROUP BY agent ORDER BY n DESC, agent LIMIT %s
 STATUS_BACKLOG = "SELECT priority, count(*) FROM inputs GROUP BY priority"
 STATUS_OUTBOX = "SELECT status, count(*) FROM outbox GROUP BY status"
 STATUS_MESSAGES = "SELECT count(*) FROM messages"
+STATUS_USAGE = (
+    "SELECT sum(usage_prompt), sum(usage_completion), sum(usage_cached) FROM threads "
+    "WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text"
+)
+# threads_waiting indexes only the waiting threads: no scan of the others
+STATUS_WAITING = (
+    "SELECT count(*), max(wait_until) FROM threads "
+    "WHERE wait_reason IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)"
+)
+STATUS_WAITING_BY_REASON = """
+SELECT wait_reason, count(*) AS n FROM threads
+WHERE wait_reason IS NOT NULL AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+GROUP BY wait_reason ORDER BY n DESC, wait_reason LIMIT %(limit)s
+"""
 
 # -- blobs and deletion ---------------------------------------------------------------
 INSERT_CHUNK = "INSERT INTO blob_chunks (ref, idx, data) VALUES (%s, %s, %b)"
@@ -319,7 +363,7 @@ HISTORY_OLDEST_FIRST_BYTES = f"""
 SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
     SELECT seq FROM (
         SELECT seq, sum(size) OVER (ORDER BY seq) - size AS upto, row_number() OVER (ORDER BY seq) AS n FROM (
-            SELECT seq, octet_length(content) AS size FROM messages
+            SELECT seq, octet_length(content) + coalesce(octet_length(reasoning), 0) AS size FROM messages
             WHERE thread_id = %(thread)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s) a) b
     WHERE upto <= %(max_bytes)s OR n <= 2)
 ORDER BY seq
@@ -329,7 +373,7 @@ SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
     SELECT seq FROM (
         SELECT seq, sum(size) OVER (ORDER BY seq DESC) - size AS upto,
                row_number() OVER (ORDER BY seq DESC) AS n FROM (
-            SELECT seq, octet_length(content) AS size FROM messages
+            SELECT seq, octet_length(content) + coalesce(octet_length(reasoning), 0) AS size FROM messages
             WHERE thread_id = %(thread)s AND seq < %(after)s ORDER BY seq DESC LIMIT %(limit)s) a) b
     WHERE upto <= %(max_bytes)s OR n <= 2)
 ORDER BY seq DESC

@@ -47,6 +47,7 @@ from ...records import (
     Tenant,
     Thread,
 )
+from .. import fairness
 from ..backend import BackendDefaults
 from ..rows import row_entry, row_key, row_live_key, row_message, row_tenant, row_thread
 from . import jobs, outbox, sql
@@ -55,7 +56,7 @@ from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_sch
 from .journal import SQLiteJournal
 from .memory import MemoryRows
 from .owners import WorkerLocks
-from .reader import ClaimBatches, SQLiteReader
+from .reader import ClaimBatches, SQLiteReader, model_figures
 from .retention import SQLiteRetention
 from .writer import Conn, GroupWriter, Job
 
@@ -396,26 +397,39 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
         return result
 
     async def claim_threads(
-        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None
+        self, worker: str, limit: int, lease_s: float, token: str, agents: list[str] | None, cap: int
     ) -> list[Claim]:
-        """Lease up to ``limit`` ready threads."""
+        """Lease up to ``limit`` ready threads, fair across tenants."""
         await self._alive(worker)
+        hosted = None if agents is None else msgspec.json.encode(agents)
 
         def job(conn: Conn) -> list[Claim]:
             now = self.clock()
+            tenants = [r[0] for r in conn.execute(sql.READY_TENANTS)]
+            if not tenants:
+                return []
+            held: dict[str, int] = {}
+            if len(tenants) > 1 or cap > 0:  # alone and uncapped, its leases change no place
+                held = dict(conn.execute(sql.LEASES_BY_TENANT, (now,)).fetchall())
+            candidates = {}
+            for tenant in tenants:
+                room = fairness.room(held.get(tenant, 0), limit, cap)
+                if room > 0:
+                    params = {"tenant": tenant, "now": now, "limit": room, "agents": hosted}
+                    candidates[tenant] = conn.execute(sql.TENANT_CLAIMABLE, params).fetchall()
+            ids = fairness.pick(candidates, held, limit, cap)
+            if not ids:
+                return []
             expires = now + lease_s
-            params = {
-                "now": now,
-                "limit": limit,
+            lease = {
                 "token": token,
                 "worker": worker,
                 "expires": expires,
-                "agents": None if agents is None else msgspec.json.encode(agents),
+                "ids": msgspec.json.encode(ids).decode(),
             }
-            rows = conn.execute(sql.CLAIM_THREADS, params).fetchall()
             return [
                 Claim(thread_id=r[0], token=token, expires_at=expires, agent=r[1], attempts=r[2])
-                for r in rows
+                for r in conn.execute(sql.LEASE_THREADS, lease).fetchall()
             ]
 
         result: list[Claim] = await self._write(job)
@@ -425,7 +439,8 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
     async def apply_plan(self, plan: CommitPlan) -> None:
         """Apply a slice plan in one transaction."""
         now = self.clock()
-        size = sum(len(m.content) for m in plan.messages) + sum(len(c.value or "") for c in plan.state) + 512
+        size = sum(len(m.content) + len(m.reasoning or "") for m in plan.messages) + 512
+        size += sum(len(c.value or "") for c in plan.state)
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
@@ -435,10 +450,12 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
         rows = [(tokens, thread_id, seq) for thread_id, seq, tokens in counts]
         await self._write(lambda conn: conn.executemany(sql.STORE_COUNTS, rows), 64 * len(rows))
 
-    async def release(self, claim: Claim, *, retry_at: float, error: str | None, fail: bool) -> None:
+    async def release(
+        self, claim: Claim, *, retry_at: float, error: str | None, fail: bool, wait: str | None = None
+    ) -> None:
         """Give a lease back without committing."""
         now = self.clock()
-        await self._write(lambda conn: jobs.release(conn, claim, now, retry_at, error, fail))
+        await self._write(lambda conn: jobs.release(conn, claim, now, retry_at, error, fail, wait))
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend held leases; the renewed claims."""
@@ -561,6 +578,7 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
             wal_bytes=file_size(self._path + "-wal" if self._path else None),
             schema_version=self._query(sql.GET_VERSION)[0][0],
             ready_by_agent=dict(self._query(sql.READY_BY_AGENT, (now, now, READY_AGENTS_SHOWN))),
+            **model_figures(self._query, None),
         )
 
     async def tenant_status(self, tenant: str) -> StoreStatus:
@@ -578,6 +596,7 @@ class SQLiteBackend(SQLiteRetention, BackendDefaults):
             db_bytes=0,
             wal_bytes=0,
             schema_version=self._query(sql.GET_VERSION)[0][0],
+            **model_figures(self._query, tenant),
         )
 
     # -- blobs -----------------------------------------------------------------------

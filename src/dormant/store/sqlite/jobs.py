@@ -16,11 +16,12 @@ import msgspec
 
 from ... import inbox
 from ...errors import InvalidInput, LeaseLost, NotFound, StoreError
-from ...records import Admission, Claim, CommitPlan, NewInput, Thread
+from ...records import Admission, Claim, CommitPlan, NewInput, Thread, Usage
 from ..rows import row_thread
 from . import sql
 
 Conn = Any
+_NO_USAGE = (None, None, None)
 
 
 def get_thread(conn: Conn, thread_id: str) -> Thread | None:
@@ -99,6 +100,7 @@ def check_lease(conn: Conn, thread_id: str, token: str) -> None:
 def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
     """Apply a checked slice plan (see :meth:`Backend.apply_plan`)."""
     messages, summary = plan.messages, plan.summary
+    usage = plan.usage or Usage()
     if plan.consumed:
         conn.execute(sql.delete_consumed(len(plan.consumed)), (plan.thread_id, *plan.consumed))
         if conn.changes() != len(plan.consumed):
@@ -106,6 +108,9 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
             raise StoreError(f"an input consumed by {plan.thread_id!r} is not pending")
     finish = {
         "tokens": sum(m.tokens for m in messages),
+        "usage_prompt": usage.prompt,
+        "usage_completion": usage.completion,
+        "usage_cached": usage.cached,
         "upto": summary.upto_seq if summary else None,
         "covered": summary.covered_tokens if summary else None,
         "first_seq": messages[0].seq if messages else None,
@@ -154,6 +159,9 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
                     m.input_id,
                     m.created_at or now,
                     m.tokens,
+                    m.finish_reason,
+                    m.reasoning,
+                    *((m.usage.prompt, m.usage.completion, m.usage.cached) if m.usage else _NO_USAGE),
                 )
                 for m in messages
             ],
@@ -183,10 +191,19 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
         admit_one(conn, item, now)
 
 
-def release(conn: Conn, claim: Claim, now: float, retry_at: float, error: str | None, fail: bool) -> None:
+def release(
+    conn: Conn,
+    claim: Claim,
+    now: float,
+    retry_at: float,
+    error: str | None,
+    fail: bool,
+    wait: str | None = None,
+) -> None:
     """Clear a lease still held (see :meth:`Backend.release`)."""
     conn.execute(
-        sql.RELEASE, (retry_at, 0 if error else -1, error, int(fail), now, claim.thread_id, claim.token)
+        sql.RELEASE,
+        (retry_at, 0 if error else -1, error, int(fail), now, claim.thread_id, claim.token, wait),
     )
     if fail:
         conn.execute(sql.REFRESH_READY, (claim.thread_id,))

@@ -1,4 +1,5 @@
-"""The SQLite backend's slice reads, and the claim-batch load that serves them.
+"""The SQLite backend's slice reads, and the claim-batch load that serves them (and the
+model figures of its status).
 
 A claim batch's slices are loaded in one statement: the first slice of a batch to
 load reads the rows of every thread of the batch (``LOAD_SLICES``) and parks each
@@ -11,14 +12,14 @@ one admitted just after the load would be.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
 import apsw
 
-from ...records import Claim, Input, Message, Summary, Thread
-from ..rows import THREAD_WIDTH, row_input, row_message, row_summary, row_thread
+from ...records import WAIT_REASONS_SHOWN, Claim, Input, Message, Summary, Thread
+from ..rows import THREAD_WIDTH, row_input, row_message, row_summary, row_thread, usage_and_waits
 from . import sql
 from .connect import translate
 
@@ -155,3 +156,19 @@ class SQLiteReader:
         except apsw.Error as exc:
             raise translate(exc) from exc
         return row_summary(row) if row else None
+
+
+def model_figures(query: Callable[[str, Sequence[Any]], list[Any]], tenant: str | None) -> dict[str, Any]:
+    """The model usage and wait fields of a :class:`~dormant.records.StoreStatus` (all
+    threads, or ``tenant``'s), read with ``query``."""
+    if tenant is None:
+        return usage_and_waits(
+            query(sql.USAGE_TOTALS, ())[0],
+            query(sql.WAITING, ())[0],
+            query(sql.WAITING_BY_REASON, (WAIT_REASONS_SHOWN,)),
+        )
+    return usage_and_waits(
+        query(sql.TENANT_USAGE_TOTALS, (tenant,))[0],
+        query(sql.TENANT_WAITING, (tenant,))[0],
+        query(sql.TENANT_WAITING_BY_REASON, (tenant, WAIT_REASONS_SHOWN)),
+    )

@@ -32,10 +32,21 @@ CREATE TABLE threads (
     -- whose ids extend their parent's, inherit it
     tenant            TEXT GENERATED ALWAYS AS (CASE WHEN substr(id, 14, 1) = '/' AND substr(id, 1, 1) = 't' THEN substr(id, 1, 13) ELSE '' END) VIRTUAL,
     -- runs ended (agent-declared units; by default one per user turn): checkpoint cadence
-    runs              INTEGER NOT NULL DEFAULT 0
+    runs              INTEGER NOT NULL DEFAULT 0,
+    -- tokens the model server counted for the thread's committed slices
+    usage_prompt      INTEGER NOT NULL DEFAULT 0,
+    usage_completion  INTEGER NOT NULL DEFAULT 0,
+    usage_cached      INTEGER NOT NULL DEFAULT 0,
+    -- why (and until when) the thread waits on its model endpoint, uncounted as a failure
+    wait_reason       TEXT,
+    wait_until        REAL NOT NULL DEFAULT 0
 );
-CREATE INDEX threads_ready ON threads (ready_key) WHERE ready_key IS NOT NULL;
+-- the claim walks the tenants with ready work, each one's threads by ready_key, and counts
+-- each tenant's live leases (see CLAIM_THREADS)
+CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
+CREATE INDEX threads_leased ON threads (tenant, lease_expires) WHERE lease_token IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
+CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
 
@@ -84,7 +95,14 @@ CREATE TABLE messages (
     source       TEXT,
     input_id     INTEGER,
     created_at   REAL NOT NULL,
-    tokens       INTEGER  -- counted when written; NULL on rows written before schema 2
+    tokens       INTEGER, -- counted when written; NULL on rows written before schema 2
+    -- an assistant message: the server's finish_reason ('length': cut by the output cap),
+    -- the model's reasoning (apart from the answer), the tokens the server counted
+    finish_reason    TEXT,
+    reasoning        TEXT,
+    usage_prompt     INTEGER,
+    usage_completion INTEGER,
+    usage_cached     INTEGER
 );
 CREATE UNIQUE INDEX messages_thread_seq ON messages (thread_id, seq);
 

@@ -71,10 +71,6 @@ CREATE TABLE inputs (
 ) WITH (autovacuum_vacuum_scale_factor = 0.01);
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
->>>>>>> ret2
 -- Every dedup key ever admitted, for ever: a repeated (thread, key) is a duplicate.
 CREATE TABLE input_keys (
     thread_id text COLLATE "C" NOT NULL,
@@ -82,22 +78,6 @@ CREATE TABLE input_keys (
     input_id  bigint NOT NULL,
     PRIMARY KEY (thread_id, dedup_key)
 );
-<<<<<<< HEAD
-=======
--- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
--- input was consumed): a repeated (thread, key) is a duplicate.
-CREATE TABLE input_keys (
-    thread_id   text COLLATE "C" NOT NULL,
-    dedup_key   text COLLATE "C" NOT NULL,
-    input_id    bigint NOT NULL,
-    -- when its input was admitted: retention prunes keys past the dedup horizon
-    admitted_at double precision NOT NULL DEFAULT 0,
-    PRIMARY KEY (thread_id, dedup_key)
-);
-CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
->>>>>>> ret2
-=======
->>>>>>> ret2
 
 CREATE TABLE messages (
     thread_id    text COLLATE "C" NOT NULL REFERENCES threads (id),
@@ -205,25 +185,10 @@ CREATE TABLE state_journal (
     digest      text,
     recoverable boolean NOT NULL DEFAULT false,
     created_at  double precision NOT NULL,
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
-    -- the thread's last message seq when written (fork and rewind branch there)
-    msg_seq     bigint NOT NULL DEFAULT 0,
->>>>>>> ret2
-=======
->>>>>>> ret2
     PRIMARY KEY (thread_id, seq)
 );
 CREATE INDEX state_journal_checkpoints ON state_journal (thread_id, kind, seq)
     WHERE kind IN ('full', 'incremental');
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
-CREATE INDEX state_journal_keys ON state_journal (thread_id, key, seq) WHERE key IS NOT NULL;
->>>>>>> ret2
-=======
->>>>>>> ret2
 CREATE TABLE state_parts (
     thread_id text COLLATE "C" NOT NULL,
     seq       bigint NOT NULL,
@@ -251,18 +216,8 @@ BEGIN
     END IF;
     -- the key row first: a concurrent admission of the same key waits here, then
     -- sees a conflict and reads the winner's id below (each statement has a new snapshot)
-<<<<<<< HEAD
-<<<<<<< HEAD
     INSERT INTO input_keys AS k (thread_id, dedup_key, input_id)
     VALUES (p_thread, p_key, nextval('input_ids'))
-=======
-    INSERT INTO input_keys AS k (thread_id, dedup_key, input_id, admitted_at)
-    VALUES (p_thread, p_key, nextval('input_ids'), p_now)
->>>>>>> ret2
-=======
-    INSERT INTO input_keys AS k (thread_id, dedup_key, input_id)
-    VALUES (p_thread, p_key, nextval('input_ids'))
->>>>>>> ret2
     ON CONFLICT DO NOTHING
     RETURNING k.input_id INTO r_input_id;
     IF r_input_id IS NULL THEN
@@ -408,27 +363,12 @@ BEGIN
     WHERE t.id = v_thread;
     IF jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN
         -- state change records, numbered after the journal's newest (the thread row is locked)
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
->>>>>>> ret2
         INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at)
         SELECT v_thread,
                (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
                e.c ->> 'op', e.c ->> 'key', e.c ->> 'value',
                (SELECT t.runs FROM threads t WHERE t.id = v_thread), p_now
         FROM jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n);
-<<<<<<< HEAD
-=======
-        INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
-        SELECT v_thread,
-               (SELECT coalesce(max(j.seq), 0) FROM state_journal j WHERE j.thread_id = v_thread) + e.n,
-               e.c ->> 'op', e.c ->> 'key', e.c ->> 'value', t.runs, p_now, t.last_seq
-        FROM threads t, jsonb_array_elements(p_plan -> 'state') WITH ORDINALITY AS e (c, n)
-        WHERE t.id = v_thread;
->>>>>>> ret2
-=======
->>>>>>> ret2
     END IF;
     IF jsonb_array_length(p_plan -> 'admissions') > 0 THEN
         PERFORM 1 FROM dormant_admit(p_plan -> 'admissions', p_sort_keys, p_now);
@@ -596,10 +536,6 @@ CREATE TABLE api_keys (
     revoked_at double precision
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id, id);
-<<<<<<< HEAD
-<<<<<<< HEAD
-=======
->>>>>>> ret2
 
 -- long-term memory (issue 15; migrations/0007_memory_records.sql): records are never deleted,
 -- supersession and forget set invalid_at; the pgvector column is added on first use.
@@ -681,8 +617,3 @@ CREATE TABLE memory_meta (
     name  text COLLATE "C" PRIMARY KEY,
     value text NOT NULL
 );
-<<<<<<< HEAD
-=======
->>>>>>> ret2
-=======
->>>>>>> ret2

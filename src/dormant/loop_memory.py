@@ -1,0 +1,335 @@
+"""Memory in the agent loop (issue 16): the I/O around a slice of a subject's thread.
+
+Before the model call, :meth:`LoopMemory.prepare` finds the thread's subject and
+registers, recalls the subject's top memories for the newest inputs, and renders the
+"state" and "memories" sections within the page manager's shares of the budget
+(:mod:`dormant.pages`, :mod:`dormant.sections`). It hands the slice's tools a
+:class:`SubjectMemory`: ``recall`` reads now; ``remember``, ``forget`` and long-term
+state are *queued* and written only once the slice committed
+(:meth:`LoopMemory.after_commit`), so a failed slice leaves no memory behind. The
+short-term register is the thread's state journal (:mod:`dormant.registers`), which
+commits in the slice's own transaction.
+
+The registers are read from a bounded cache (entries and bytes) that is valid while
+the thread's ``last_seq`` matches, and updated from each committed plan; only a miss
+(another process wrote the thread, or it was evicted) replays the journal.
+
+An agent without a subject never reaches this module: no recall, no reads, no cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from . import journal, registers, sections
+from .facts import Fact
+from .memory.core import HYBRID, RecallMode
+from .memory.records import MemoryKind, NewMemory, Recall
+from .records import CommitPlan, SliceLoad
+from .store.tenancy import tenant_of
+from .subject import SubjectOptions
+
+if TYPE_CHECKING:
+    from .memory.facade import Memory
+    from .store.base import Store
+
+log = logging.getLogger("dormant.runtime")
+
+__all__ = ["LoopMemory", "Prepared", "SubjectMemory"]
+
+#: Characters of the newest inputs a recall query takes (the tail: the newest words).
+QUERY_CHARS = 1000
+#: Tag of a long-term register record (its key tag is ``lsr:<key>``).
+LSR_TAG = "register"
+LSR_KEY_PREFIX = "lsr:"
+#: Long-term register entries read per slice at most.
+PROFILE_LIMIT = 20
+#: The memory kind of a fact's kind (facts.FACT_KINDS).
+_KINDS: dict[str, MemoryKind] = {
+    "fact": "fact",
+    "preference": "preference",
+    "event": "event",
+    "profile": "profile",
+}
+#: Automatic recall without vectors (SubjectOptions.recall_vectors False).
+TEXT_ONLY = RecallMode(vector=False)
+#: Tenants whose memory handle is kept.
+MAX_TENANTS = 256
+
+
+@dataclass
+class SubjectMemory:
+    """What a slice's tools may do with its subject's memory (and only its subject's:
+    no method takes a subject). Writes are queued until the slice commits."""
+
+    subject: str
+    thread_id: str
+    agent: str
+    memory: Memory
+    adds: list[NewMemory] = field(default_factory=list)
+    forgets: list[tuple[str, str]] = field(default_factory=list)
+
+    async def recall(
+        self, query: str, *, tags: Mapping[str, str | int | float | bool] | None = None, k: int = 5
+    ) -> Recall:
+        """The subject's best ``k`` valid memories for ``query``."""
+        return await self.memory.recall([self.subject], query, tags=dict(tags or {}), k=k)
+
+    def remember(
+        self,
+        text: str,
+        *,
+        tags: Mapping[str, str | int | float | bool] | None = None,
+        kind: MemoryKind = "fact",
+        importance: float = 0.5,
+        source_seq: int | None = None,
+    ) -> None:
+        """Queue a memory of the subject (written when the slice commits)."""
+        self.adds.append(
+            NewMemory(
+                subject=self.subject,
+                text=text,
+                kind=kind,
+                tags=dict(tags or {}),
+                importance=importance,
+                agent=self.agent,
+                thread=self.thread_id,
+                source_thread=self.thread_id,
+                source_seq=source_seq,
+            )
+        )
+
+    async def forget(self, record_id: str, reason: str) -> None:
+        """Queue superseding one of the subject's records (NotFound now if it is not
+        one of them, so the model hears of it)."""
+        await self.memory.get([self.subject], record_id)
+        self.forgets.append((record_id, reason))
+
+    def set_profile(self, key: str, value_json: str | None) -> None:
+        """Queue a long-term register write (``None``: clear the key)."""
+        text = f"{key}: {value_json}" if value_json is not None else f"{key}: (cleared)"
+        self.remember(text, tags={"key": LSR_KEY_PREFIX + key, LSR_TAG: key}, kind="profile", importance=0.7)
+
+
+@dataclass
+class Prepared:
+    """A slice's memory, prepared before its model call."""
+
+    state: dict[str, str]
+    registers: registers.Registers
+    subject: str | None
+    sections: str
+    handle: SubjectMemory | None
+    options: SubjectOptions
+    user_turns: int
+    recall_degraded: tuple[str, ...] = ()
+    #: (record id, subject) of the memories the section shows, best first
+    recalled: tuple[tuple[str, str], ...] = ()
+
+    def finish(self, plan: CommitPlan, found: tuple[Fact, ...] = ()) -> CommitPlan:
+        """``plan`` with its state changes as register changes (same transaction), and
+        the long-term register writes and compaction ``found`` facts queued."""
+        changes, writes = registers.finish(
+            self.registers,
+            plan.state,
+            subject=self.subject,
+            user_turns=self.user_turns,
+            tsr_turns=self.options.tsr_turns,
+        )
+        if self.handle is not None:
+            for key, value in writes:
+                if key in self.options.long_term:
+                    self.handle.set_profile(key, value)
+            for fact in found:
+                tags: dict[str, str | int | float | bool] = dict(fact.tags)
+                if fact.key:
+                    tags["key"] = fact.key
+                kind = _KINDS.get(fact.kind, "fact")
+                self.handle.remember(fact.text, tags=tags, kind=kind, importance=fact.importance)
+        return msgspec.structs.replace(plan, state=changes)
+
+
+class RegisterCache:
+    """Threads' journal state, valid while their ``last_seq`` matches: bounded by
+    entries and bytes (least recently used goes first)."""
+
+    def __init__(self, max_entries: int = 4096, max_bytes: int = 4 * 1024 * 1024) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = self.misses = 0
+        self._items: OrderedDict[str, tuple[int, dict[str, str], int]] = OrderedDict()
+
+    def get(self, thread_id: str, last_seq: int) -> dict[str, str] | None:
+        item = self._items.get(thread_id)
+        if item is None or item[0] != last_seq:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._items.move_to_end(thread_id)
+        return dict(item[1])
+
+    def put(self, thread_id: str, last_seq: int, state: dict[str, str]) -> None:
+        self.discard(thread_id)
+        size = 64 + sum(len(k) + len(v) + 64 for k, v in state.items())
+        if size > self.max_bytes // 8:
+            return  # too big to be worth caching
+        self._items[thread_id] = (last_seq, dict(state), size)
+        self.bytes += size
+        while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
+            _, (_, _, dropped) = self._items.popitem(last=False)
+            self.bytes -= dropped
+
+    def discard(self, thread_id: str) -> None:
+        item = self._items.pop(thread_id, None)
+        if item is not None:
+            self.bytes -= item[2]
+
+
+class LoopMemory:
+    """The memory side of slices for agents with a subject (see the module docstring)."""
+
+    def __init__(self, store: Store, memory: Callable[[], Memory]) -> None:
+        self.store = store
+        self._memory = memory
+        self._tenants: OrderedDict[str, Memory] = OrderedDict()
+        self.cache = RegisterCache()
+        #: an observer of each prepared slice (benchmarks grade what prompts showed)
+        self.on_prepared: Callable[[str, Prepared], None] | None = None
+
+    async def memory_of(self, thread_id: str) -> Memory:
+        """The memory of ``thread_id``'s tenant (its subject's records live there)."""
+        tenant = tenant_of(thread_id)
+        base = self._memory()
+        if not tenant:
+            return base
+        memory = self._tenants.get(tenant)
+        if memory is None:
+            memory = self._tenants[tenant] = await base.for_tenant(tenant)
+            while len(self._tenants) > MAX_TENANTS:
+                self._tenants.popitem(last=False)
+        self._tenants.move_to_end(tenant)
+        return memory
+
+    async def state(self, load: SliceLoad) -> dict[str, str]:
+        """The thread's journal state: cached, else replayed from the journal."""
+        thread = load.thread
+        state = self.cache.get(thread.id, thread.last_seq)
+        if state is None:
+            state = dict((await self.store.journal.recover(thread.id)).state)
+            self.cache.put(thread.id, thread.last_seq, state)
+        return state
+
+    async def prepare(
+        self, load: SliceLoad, options: SubjectOptions, budgets: tuple[int, int], agent: str
+    ) -> Prepared:
+        """The slice's registers, recalled memories and sections (``budgets``: tokens of
+        the memories and state sections)."""
+        state = await self.state(load)
+        regs = registers.read(state)
+        subject = registers.subject_of(load.inputs, regs.subject)
+        user_turns = sum(1 for item in load.inputs if item.kind == "user")
+        if subject is None:
+            return Prepared(state, regs, None, "", None, options, user_turns)
+        memory = await self.memory_of(load.thread.id)
+        handle = SubjectMemory(subject=subject, thread_id=load.thread.id, agent=agent, memory=memory)
+        memories_budget, state_budget = budgets
+        hits: list[tuple[str, Mapping[str, object]]] = []
+        recalled: list[tuple[str, str]] = []
+        profile_entries: list[tuple[str, str]] = []
+        degraded: tuple[str, ...] = ()
+        if options.recall:
+            query = " ".join(item.content for item in load.inputs if item.kind != "tool_result")
+            mode = HYBRID if options.recall_vectors else TEXT_ONLY
+            # recall and the profile read run at once (each in a worker thread)
+            found, profile_entries = await asyncio.gather(
+                memory.recall([subject], query[-QUERY_CHARS:], k=options.recall_k, mode=mode),
+                profile(memory, subject),
+            )
+            degraded = found.degraded
+            for hit in found.hits:
+                record = hit.record
+                if record.kind == "profile" and LSR_TAG in record.tags:
+                    continue  # shown in the state section
+                hits.append((record.text, record.tags))
+                recalled.append((record.id, record.subject))
+        turn = regs.turn + user_turns
+        live = [(k, v) for k, v in regs.entries if regs.turns.get(k, 0) > turn - options.tsr_turns]
+        state_text = sections.state(live, profile_entries, state_budget)
+        memories_text, shown = sections.memories(hits, memories_budget)
+        prepared = Prepared(
+            state,
+            regs,
+            subject,
+            sections.compose(None, state_text, memories_text) or "",
+            handle,
+            options,
+            user_turns,
+            degraded,
+            tuple(recalled[i] for i in shown),
+        )
+        if self.on_prepared is not None:
+            self.on_prepared(load.thread.id, prepared)
+        return prepared
+
+    async def after_commit(self, prepared: Prepared, plan: CommitPlan, last_seq: int) -> int:
+        """Once ``plan`` committed (the thread now at ``last_seq``): cache the thread's
+        new journal state (the slice held the lease: nobody else changed it), then
+        write the queued memories; how many writes failed. A failed write is logged as
+        an error and counted, not raised: the slice is already durable (messages and
+        registers), and the memories it meant are what is lost."""
+        state = dict(prepared.state)
+        for change in plan.state:
+            journal.apply(state, change)
+        self.cache.put(plan.thread_id, last_seq, state)
+        handle = prepared.handle
+        if handle is None or (not handle.adds and not handle.forgets):
+            return 0
+        actor = f"thread:{plan.thread_id}"
+        failed = 0
+        memory = handle.memory
+        if handle.adds:
+            try:
+                await memory.add_many(handle.adds, actor=actor)
+            except Exception as exc:
+                failed += len(handle.adds)
+                _failed(plan.thread_id, exc)
+        for record_id, reason in handle.forgets:
+            try:
+                await memory.forget([handle.subject], record_id, reason=reason, actor=actor)
+            except Exception as exc:
+                failed += 1
+                _failed(plan.thread_id, exc)
+        return failed
+
+
+async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:
+    """The subject's long-term register: ``(key, JSON value)`` of its valid profile
+    records that carry a register key (newest first, at most :data:`PROFILE_LIMIT`)."""
+    from .memory.ranking import FilterSpec
+
+    page = await memory.list([subject], spec=FilterSpec(kinds=frozenset({"profile"})), limit=PROFILE_LIMIT)
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for record in page.items:
+        key = record.tags.get(LSR_TAG)
+        if isinstance(key, str) and key not in seen:
+            seen.add(key)
+            value = record.text[len(key) + 2 :] if record.text.startswith(f"{key}: ") else record.text
+            if value != "(cleared)":
+                out.append((key, value))
+    return out
+
+
+def _failed(thread_id: str, exc: Exception) -> None:
+    error = f"{type(exc).__name__}: {exc}"
+    log.error(
+        "memory_write_failed thread=%s: %s", thread_id, error, extra={"thread_id": thread_id, "error": error}
+    )
