@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .context import MESSAGE_OVERHEAD, _extend, _usage, summary_bytes
+from .context import MESSAGE_OVERHEAD, _extend, summary_bytes, view_usage
 from .records import Message, Summary, Thread, ViewLimits
 
 
@@ -100,6 +100,13 @@ class ViewCache:
         self, thread: Thread, limits: ViewLimits
     ) -> tuple[tuple[Message, ...], Summary | None, int] | None:
         """The cached (view, summary, inherited) of ``thread`` if current at its row."""
+        found = self.lookup(thread, limits)
+        return None if found is None else found[:3]
+
+    def lookup(
+        self, thread: Thread, limits: ViewLimits
+    ) -> tuple[tuple[Message, ...], Summary | None, int, tuple[int, int]] | None:
+        """:meth:`get`, plus the view's :func:`~dormant.context.view_usage`."""
         entry = self._entries.get(thread.id)
         if (
             entry is None
@@ -112,7 +119,7 @@ class ViewCache:
             return None
         self._entries.move_to_end(thread.id)
         self.hits += 1
-        return entry.view, entry.summary, entry.inherited
+        return entry.view, entry.summary, entry.inherited, entry.usage
 
     def put(
         self,
@@ -121,9 +128,11 @@ class ViewCache:
         view: tuple[Message, ...],
         summary: Summary | None = None,
         inherited: int = 0,
+        usage: tuple[int, int] | None = None,
     ) -> None:
         """Remember ``view`` as the view of ``thread`` at its row's ``last_seq``; unless
-        the cache is full and this thread's view was evicted recently (scan resistance)."""
+        the cache is full and this thread's view was evicted recently (scan resistance).
+        ``usage`` is the view's :func:`~dormant.context.view_usage` if known."""
         entry = _Entry(
             thread.created_at,
             thread.last_seq,
@@ -132,7 +141,7 @@ class ViewCache:
             view,
             summary,
             inherited,
-            _usage(view, limits.counts_tokens),
+            usage if usage is not None else view_usage(view, limits.counts_tokens),
         )
         thread_id = thread.id
         if thread_id in self._ghosts and thread_id not in self._entries and self._full(entry.cost):

@@ -5,9 +5,10 @@ had when the thread was spawned), then the newest messages that fit the budget,
 read from the newest end of the thread and, for a child thread, from its
 ancestors up to the spawn point, by reference. Messages the summary covers are
 never read. The walk stops at the first message that does not fit one of the
-bounds (tokens, message count, bytes), so a view is always a contiguous suffix
-of the history, and it never starts with a tool result whose assistant tool call
-was left out: a call and its results are kept or dropped together.
+bounds (tokens, message count, bytes; at the count it stops without reading the
+next one), so a view is always a contiguous suffix of the history, and it never
+starts with a tool result whose assistant tool call was left out: a call and its
+results are kept or dropped together.
 
 A single message over a quarter of the token or byte budget (and over 256 tokens or
 1 KiB) is shown clipped: its head and tail with a note of how much was cut from the
@@ -119,7 +120,7 @@ def clip(message: Message, limits: ViewLimits) -> Message:
         message = msgspec.structs.replace(message, reasoning=None)  # shown without it, not cut
     counting = limits.counts_tokens
     if counting:
-        max_tokens = max(limits.max_tokens // CLIP_SHARE, MIN_CLIP_TOKENS)
+        max_tokens = clip_tokens(limits)
         if cost(message) <= max_tokens and message_bytes(message) <= max_bytes:
             return message  # the stored count or the byte bound proves it small enough
         message = with_count(message, limits.encoding)
@@ -157,13 +158,29 @@ def clip_bytes(limits: ViewLimits) -> int:
     return max(limits.max_bytes // CLIP_SHARE, MIN_CLIP_BYTES)
 
 
-def _shown(message: Message, limits: ViewLimits, counting: bool, clip_at: int) -> tuple[Message, int]:
-    """``clip(message, limits)`` and its bytes; the common case decided in one size."""
+def clip_tokens(limits: ViewLimits) -> int:
+    """Tokens over which a message is shown clipped (under limits that count tokens)."""
+    return max(limits.max_tokens // CLIP_SHARE, MIN_CLIP_TOKENS)
+
+
+def _shown(
+    message: Message, limits: ViewLimits, counting: bool, clip_at: int, clip_at_tokens: int
+) -> tuple[Message, int, int]:
+    """``clip(message, limits)``, its bytes and its weight in the view (:func:`cost` when
+    ``counting``, else the stored count); the common case (nothing to clip, which its
+    bytes and stored count or byte bound prove) decided from one size and one bound."""
     size = message_bytes(message)
-    if not counting and size <= clip_at:
-        return message, size
+    if not counting:
+        if size <= clip_at:
+            return message, size, message.tokens
+    elif size <= clip_at:
+        weight = cost(message)
+        if weight <= clip_at_tokens:
+            return message, size, weight
     shown = clip(message, limits)
-    return shown, size if shown is message else message_bytes(shown)
+    if shown is message:
+        return message, size, cost(message) if counting else message.tokens
+    return shown, message_bytes(shown), cost(shown) if counting else shown.tokens
 
 
 def summary_tokens(summary: Summary | None, limits: ViewLimits) -> int:
@@ -187,7 +204,8 @@ def needs_counts(load: SliceLoad, limits: ViewLimits) -> bool:
     stored, so those views need not count them again)."""
     if not limits.counts_tokens:
         return False
-    total = summary_cost(load.summary, limits) + sum(cost(m) for m in load.view)
+    weight = load.usage[0] if load.usage is not None else sum(cost(m) for m in load.view)
+    total = summary_cost(load.summary, limits) + weight
     total += sum(utf8_len(item.content) + 16 for item in load.inputs)
     return total > limits.max_tokens
 
@@ -203,12 +221,15 @@ def build_view(
     parent_of: ParentOf,
     summary: Summary | None = None,
     made: dict[tuple[str, int], int] | None = None,
+    usage: list[int] | None = None,
 ) -> tuple[tuple[Message, ...], int]:
     """The newest messages of ``thread`` and its ancestors that fit ``limits`` after
     ``summary``, oldest first, and how many of them (the oldest) are inherited.
 
     ``made``, when given, receives the counts this made of messages stored uncounted
     (``(thread_id, seq) -> tokens``, whole messages only), so they can be stored.
+    ``usage``, when given, receives ``[tokens, bytes]``: what the view weighs against the
+    budget (:func:`view_usage`), so a cache need not add it up again.
 
     Reads in chunks sized from the average message (the thread's, from its token
     count, then what the previous chunk held), so what is read stays within about
@@ -217,8 +238,9 @@ def build_view(
     picked: list[Message] = []  # newest first
     own = -1
     counting = limits.counts_tokens
-    clip_at = clip_bytes(limits)
-    tokens = summary_cost(summary, limits)
+    clip_at, clip_at_tokens = clip_bytes(limits), clip_tokens(limits)
+    summary_weight = summary_cost(summary, limits)  # its byte bound, until counted exactly
+    tokens = summary_weight
     summary_loose = counting and summary is not None and not summary.tokens
     loose: list[int] = []  # where in ``picked`` a message costs its byte bound (uncounted)
     loose_threads: dict[int, str] = {}  # their threads
@@ -233,6 +255,10 @@ def build_view(
         floor = summary.upto_seq if summary is not None and summary.thread_id == thread_id else 0
         while max_seq > floor and not full:
             room = limits.max_messages - len(picked)
+            if room <= 0:
+                # the count bound is reached: nothing older could join, so it is not read
+                full = True
+                break
             wanted = (limits.max_bytes - size) // max(1, avg_bytes)
             if counting and avg_tokens:
                 wanted = min(wanted, (limits.max_tokens - tokens) // avg_tokens)
@@ -241,8 +267,7 @@ def build_view(
             for message in fetch(thread_id, max_seq, floor, limit):
                 got += 1
                 max_seq = message.seq - 1
-                shown, b = _shown(message, limits, counting, clip_at)
-                t = cost(shown) if counting else shown.tokens
+                shown, b, t = _shown(message, limits, counting, clip_at, clip_at_tokens)
                 if (
                     counting
                     and tokens + t > limits.max_tokens
@@ -255,7 +280,9 @@ def build_view(
                         for i in tightened:
                             made[(loose_threads[i], picked[i].seq)] = picked[i].tokens
                     if summary_loose:
-                        tokens += summary_tokens(summary, limits) - summary_cost(summary, limits)
+                        exact = summary_tokens(summary, limits)
+                        tokens += exact - summary_weight
+                        summary_weight = exact
                         summary_loose = False
                     shown = with_count(shown, limits.encoding)
                     t = shown.tokens
@@ -295,6 +322,16 @@ def build_view(
         thread_id, max_seq = link
     picked.reverse()
     view = drop_orphans(picked)
+    if usage is not None:
+        # what the view weighs (see view_usage), from the running sums: less the summary's
+        # part and the orphans dropped from its start
+        tokens -= summary_weight
+        size -= summary_bytes(summary)
+        weigh = cost if counting else _stored
+        for m in picked[: len(picked) - len(view)]:
+            tokens -= weigh(m)
+            size -= message_bytes(m)
+        usage[:] = [tokens, size]
     return view, max(0, len(view) - own)
 
 
@@ -327,17 +364,24 @@ def drop_orphans(messages: Sequence[Message]) -> tuple[Message, ...]:
 
 
 def extend_view(
-    view: Sequence[Message], new: Sequence[Message], limits: ViewLimits, summary: Summary | None = None
+    view: Sequence[Message],
+    new: Sequence[Message],
+    limits: ViewLimits,
+    summary: Summary | None = None,
+    usage: tuple[int, int] | None = None,
 ) -> tuple[Message, ...]:
     """The view :func:`build_view` would return once ``new`` is appended after ``view``.
 
     Both keep the longest suffix that fits the bounds, then drop leading orphan tool
-    results; so extending a current view is exact.
+    results; so extending a current view is exact. ``usage`` is ``view``'s
+    :func:`view_usage` when the caller knows it (else it is added up here).
     """
-    return _extend(view, new, limits, summary, _usage(view, limits.counts_tokens))[0]
+    if usage is None:
+        usage = view_usage(view, limits.counts_tokens)
+    return _extend(view, new, limits, summary, usage)[0]
 
 
-def _usage(view: Sequence[Message], counting: bool = True) -> tuple[int, int]:
+def view_usage(view: Sequence[Message], counting: bool = True) -> tuple[int, int]:
     """(tokens, bytes) of ``view``: stored counts, and byte bounds where uncounted when
     its limits count tokens (else the stored counts alone: nothing is compared to them)."""
     tokens = sum(cost(m) for m in view) if counting else sum(m.tokens for m in view)
@@ -357,12 +401,12 @@ def _extend(
     extra = summary_cost(summary, limits)
     tokens = usage[0] + extra
     size = usage[1] + summary_bytes(summary)
-    clip_at = clip_bytes(limits)
+    clip_at, clip_at_tokens = clip_bytes(limits), clip_tokens(limits)
     weigh = cost if counting else _stored
     for m in new:
-        shown, b = _shown(m, limits, counting, clip_at)
+        shown, b, t = _shown(m, limits, counting, clip_at, clip_at_tokens)
         combined.append(shown)
-        tokens += weigh(shown)
+        tokens += t
         size += b
     if counting and tokens > limits.max_tokens:
         # the byte bounds no longer prove the fit: count what was not, exactly, to decide

@@ -264,6 +264,9 @@ class SliceLoad(msgspec.Struct, frozen=True, kw_only=True):
     summary: Summary | None = None
     #: how many of ``view``'s messages (its oldest) were inherited from ancestors
     inherited: int = 0
+    #: (tokens, bytes) ``view`` weighs against the budget (:func:`dormant.context.view_usage`)
+    #: when the loader knew them, so a slice need not add them up again; None: not known
+    usage: tuple[int, int] | None = None
 
 
 class NewCall(msgspec.Struct, frozen=True, kw_only=True):

@@ -138,6 +138,7 @@ class Turn:
         self._view = load.view
         self._inherited = load.inherited
         self._summary = load.summary  # the one the view starts from
+        self._view_usage = load.usage  # what the view weighs, if the loader knew it
         self._new_summary = summary  # the one this slice writes (compaction), if any
         self._new: list[Message] = []
         self._calls: list[NewCall] = []
@@ -191,7 +192,7 @@ class Turn:
     def _request(self, new: Sequence[Message]) -> ModelRequest:
         messages = self._view + tuple(new)
         if self.limits is not None:
-            messages = extend_view(self._view, new, self.limits, self._summary)
+            messages = extend_view(self._view, new, self.limits, self._summary, self._view_usage)
         return ModelRequest(
             thread_id=self.thread.id,
             system=self.system,
@@ -228,7 +229,7 @@ class Turn:
         )
         inline: list[InlineCall] = []
         errors: list[tuple[ToolCall, str]] = []
-        children = self.children()
+        children = -1  # counted when an inline call needs it (a scan of the view)
         for call in calls:
             spec = self.tools.get(call.name)
             if spec is None:
@@ -250,6 +251,8 @@ class Turn:
                 )
                 self._awaiting += 1
             else:
+                if children < 0:
+                    children = self.children()
                 inline.append(InlineCall(call=call, spec=spec, args=args, message_seq=seq, children=children))
                 if spec.name == SPAWN:
                     children += 1  # counted whether or not it succeeds: the limit errs strict

@@ -109,6 +109,18 @@ def test_view_is_the_newest_messages_oldest_first_and_bounded_by_count() -> None
     assert len(h.read) <= 4 + 1, "reads at most one message past the bound"
 
 
+def test_a_view_full_by_its_message_count_reads_nothing_past_it() -> None:
+    """A cache miss of a full view is one range read: the count bound needs no look at
+    the message before the view (a second statement, and a second pass of the builder
+    over everything read, under the store's driver)."""
+    h = Histories()
+    h.messages["t"] = numbered([f"m{i}" for i in range(1, 101)])
+    view, _ = h.build(Thread(id="t", agent="a", last_seq=100), ViewLimits(max_messages=64))
+    assert [m.seq for m in view] == list(range(37, 101))
+    assert len(h.fetched) == 1, "one statement"
+    assert len(h.read) == 64, "nothing past the count bound"
+
+
 def test_view_is_bounded_by_bytes() -> None:
     h = Histories()
     h.messages["t"] = numbered(["x" * 100] * 10)

@@ -41,6 +41,7 @@ from dormant.context import (
     summary_bytes,
     summary_cost,
     summary_tokens,
+    view_usage,
     with_count,
 )
 from dormant.records import Message, Role, Summary, Thread, ToolCall, ViewLimits
@@ -198,6 +199,7 @@ class World:
         self.spawn = spawn
         self.summary = summary
         self.fetches: list[Fetch] = []
+        self.usage: list[int] = []  # what the last view built weighs, as build_view said
 
     def __repr__(self) -> str:  # huge messages: their size and ends, not their text
         lines = [f"World(chain={self.chain}, spawn={self.spawn}, summary={self.summary!r}"]
@@ -240,7 +242,10 @@ class World:
 
     def build(self, limits: ViewLimits, last_seq: int | None = None) -> tuple[tuple[Message, ...], int]:
         self.fetches.clear()
-        return build_view(self.thread(last_seq), limits, self.fetch, self.parent_of, self.summary)
+        self.usage = []
+        return build_view(
+            self.thread(last_seq), limits, self.fetch, self.parent_of, self.summary, usage=self.usage
+        )
 
     def visible(self, last_seq: int | None = None) -> list[tuple[str, Message]]:
         """What the thread may see, oldest first: its ancestors' messages up to each spawn
@@ -351,6 +356,7 @@ def check_view(
 ) -> None:
     summary = world.summary
     visible = world.visible(last_seq)
+    assert tuple(world.usage) == view_usage(view, limits.counts_tokens), "the usage it reports is the view's"
     # the real tokens of what the view shows, whether the limits counted them or not
     tokens = sum(COUNTER.message(m) for m in view)
     if summary is not None:

@@ -311,15 +311,19 @@ class StoreCore(TenantRules):
             if loaded is None:
                 raise NotFound(f"no thread {claim.thread_id!r}")
             thread, inputs = loaded
-            cached = self.views.get(thread, limits)
+            cached = self.views.lookup(thread, limits)
             if cached is None:
-                view, summary, inherited, counts = await load_view(reader, thread, limits, self.view_reads)
+                view, summary, inherited, counts, usage = await load_view(
+                    reader, thread, limits, self.view_reads
+                )
                 self.pending_counts.add(thread.id, counts)
-                self.views.put(thread, limits, view, summary, inherited)
+                self.views.put(thread, limits, view, summary, inherited, usage)
             else:
-                view, summary, inherited = cached
+                view, summary, inherited, usage = cached
         inputs = cut_inputs(shown(inputs), limits.max_input_bytes)
-        return SliceLoad(thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited)
+        return SliceLoad(
+            thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited, usage=usage
+        )
 
     async def commit_slice(self, plan: CommitPlan) -> None:
         """Check and apply a slice's plan; LeaseLost (nothing changed) if the lease is gone."""

@@ -67,9 +67,10 @@ async def _summary_for(reader: SliceReader, lineage: _Lineage, thread: Thread) -
 
 async def load_view(
     reader: SliceReader, thread: Thread, limits: ViewLimits, reads: ViewReads
-) -> tuple[tuple[Message, ...], Summary | None, int, list[Count]]:
+) -> tuple[tuple[Message, ...], Summary | None, int, list[Count], tuple[int, int]]:
     """The bounded view of ``thread``: its messages, its summary, how many of the
-    messages are inherited from ancestors, and the counts it made (see :func:`counted`)."""
+    messages are inherited from ancestors, the counts it made (of messages stored
+    uncounted), and what the view weighs (:func:`~dormant.context.view_usage`)."""
     lineage = _Lineage(reader)
     summary = await _summary_for(reader, lineage, thread)
     chunks: dict[tuple[str, int, int], tuple[int, list[Message]]] = {}
@@ -88,9 +89,11 @@ async def load_view(
 
     while True:
         made: dict[tuple[str, int], int] = {}
+        usage: list[int] = []
         try:
-            view, inherited = build_view(thread, limits, fetch, parent_of, summary, made)
-            return view, summary, inherited, [(t, seq, n) for (t, seq), n in made.items()]
+            view, inherited = build_view(thread, limits, fetch, parent_of, summary, made, usage)
+            counts = [(t, seq, n) for (t, seq), n in made.items()]
+            return view, summary, inherited, counts, (usage[0], usage[1])
         except _Missing as missing:
             if len(missing.args) == 4:
                 thread_id, max_seq, min_seq, limit = missing.args
