@@ -27,6 +27,7 @@ def test_the_ram_baseline_is_not_capped_at_one_gib() -> None:
     for _ in range(PAST_ONE_GIB // piece + 1):
         conn.execute("INSERT INTO t VALUES (zeroblob(?))", (piece,))
     pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
+    assert isinstance(pages, int)
     assert pages * 16384 > PAST_ONE_GIB
     conn.close()
 

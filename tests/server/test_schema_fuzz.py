@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 
 from dormant.agent import Agent
 from dormant.config import Settings
+from dormant.memory import HashingEmbedder
 from dormant.models import echo_model
 from dormant.runtime import Runtime
 from dormant.server import ServerConfig, create_app
@@ -29,7 +30,12 @@ from dormant.store import open_store
 # a file store: the key is made on another event loop than the server's, with the store
 # closed in between (a memory:// store would forget it)
 STORE = f"sqlite:///{tempfile.mkdtemp(prefix='dormant-fuzz-')}/fuzz.db"
-RUNTIME = Runtime(STORE, [Agent(name="assistant", model=echo_model())], settings=Settings.build(poll_s=0.05))
+RUNTIME = Runtime(
+    STORE,
+    [Agent(name="assistant", model=echo_model())],
+    settings=Settings.build(poll_s=0.05),
+    memory_embedder=HashingEmbedder(),  # the memory routes, without a model download
+)
 APP = create_app(RUNTIME, ServerConfig(reply_timeout_s=5, heartbeat_s=1))
 schema = schemathesis.openapi.from_dict(APP.openapi()).exclude(path_regex=r".*/events$")
 

@@ -122,7 +122,7 @@ def check_metrics_token(config: ServerConfig, credentials: HTTPAuthorizationCred
 def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     """The HTTP app hosting ``runtime``: health, ``/metrics``, REST v1, event streams and
     the OpenAI-compatible endpoints."""
-    from . import openai_chat, openai_responses, routes, streams
+    from . import memory_routes, openai_chat, openai_responses, routes, streams
 
     config = config or ServerConfig()
     hub = Hub(
@@ -211,6 +211,7 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
 
     app.include_router(routes.router)
     app.include_router(streams.router)
+    app.include_router(memory_routes.router)
     app.include_router(openai_chat.router)
     app.include_router(openai_responses.router)
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024

@@ -131,6 +131,8 @@ async def post_input(
     if body.strategy == "reject" and rt.scheduler.running(inner):
         raise Busy(f"thread {thread_id!r} is running")
     await state_of(request).quotas.admit(rt, inner, scope.tenant_id)
+    # the sender's binding key, in the thread's tenant's memory (as Runtime.send(identity=))
+    source = await (await rt.memory_for(inner)).bind(body.identity) if body.identity else None
     item = NewInput(
         thread_id=inner,
         kind="user",
@@ -138,6 +140,7 @@ async def post_input(
         content=body.content,
         priority=Priority(body.priority),
         agent=agent_name(rt, body.agent),
+        source=source,
     )
     (admission,) = await rt.admit([item], tenant=scope.tenant_id)
     interrupted = False

@@ -114,6 +114,12 @@ class InputCreate(Body):
         description="if the thread runs a slice: queue behind it (enqueue), 409 (reject), or cancel it "
         "so its inputs run with this one (interrupt; rollback also voids its live text on event streams)",
     )
+    identity: dict[str, str] | None = Field(
+        None,
+        max_length=16,
+        description="the sender's identity parts (e.g. phone, device): their binding key is the "
+        "input's source and the thread's subject from the slice that takes it",
+    )
 
 
 class AdmissionOut(BaseModel):
