@@ -100,6 +100,24 @@ async def test_state_changes_commit_with_the_slice_and_replay_to_the_state(store
     assert [e.seq for e in rest.items] == [4] and rest.next_cursor is None
 
 
+async def test_a_thread_created_with_state_journals_it_in_the_same_transaction(store: Store) -> None:
+    made = await store.create_thread("t", "a", state={"_subject": '"k1:abc"', "lang": '"pt"'})
+    assert made.id == "t" and made.last_seq == 0
+    got = await store.journal.recover("t")
+    assert got.state == {"_subject": '"k1:abc"', "lang": '"pt"'}
+    assert [(e.kind, e.key) for e in (await store.journal.entries("t")).items] == [
+        ("add", "_subject"),
+        ("add", "lang"),
+    ]
+    # an existing thread is returned as it is: its state is not written again
+    await store.create_thread("t", "a", state={"_subject": '"k1:other"'})
+    assert (await store.journal.recover("t")).state == got.state
+    with pytest.raises(InvalidInput):
+        await store.create_thread("u", "a", state={"k": "{not json"})
+    with pytest.raises(NotFound):
+        await store.get_thread("u")  # refused before anything was written
+
+
 async def test_a_failed_commit_journals_nothing_and_bad_changes_are_refused(store: Store) -> None:
     await store.admit([user("t", "k1")])
     c, load = await take(store, "t")

@@ -78,6 +78,22 @@ async def test_identity_at_admission_sets_the_threads_subject() -> None:
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"
 
 
+async def test_identity_at_thread_creation_journals_the_subject_at_once() -> None:
+    async with serve(agents()) as s, hashing(s).client() as a:
+        key = (await a.post("/v1/memory/bind", json={"identity": PHONE})).json()["key"]
+        r = await a.post("/v1/threads", json={"id": "t2", "identity": PHONE})
+        assert r.status_code in (200, 201), r.text
+        tenant = await s.runtime.store.authenticate(s.key_a)
+        # durable with the thread row, before any input or slice
+        assert (await s.runtime.registers(f"{tenant.id}/t2"))["subject"] == key
+        # creating it again (a retry) leaves it as it is, whatever identity comes along
+        again = await a.post("/v1/threads", json={"id": "t2", "identity": {"phone": "+1 555 0199"}})
+        assert again.status_code in (200, 201), again.text
+        assert (await s.runtime.registers(f"{tenant.id}/t2"))["subject"] == key
+        bad = await a.post("/v1/threads", json={"id": "t3", "identity": {"Bad Name": "1"}})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"
+
+
 async def test_second_tenant_gets_404_or_nothing_from_the_first_tenants_memory() -> None:
     async with serve(agents()) as s, hashing(s).client() as a, s.client(s.key_b) as b:
         key = (await a.post("/v1/memory/bind", json={"identity": PHONE})).json()["key"]

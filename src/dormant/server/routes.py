@@ -11,11 +11,13 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
+import msgspec
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from ..blobs import MAX_READ
 from ..errors import Busy, PayloadTooLarge, UsageError
 from ..records import NewInput, Priority
+from ..registers import SUBJECT_KEY
 from ..runtime import Runtime
 from ..store.base import MAX_PAGE
 from ..store.tenancy import Scope
@@ -77,7 +79,13 @@ async def create_thread(request: Request, scope: TenantScope, body: ThreadCreate
     rt = runtime_of(request)
     thread_id = scope.inner(body.id or uuid.uuid4().hex)
     await state_of(request).quotas.check_new_thread(rt, thread_id, scope.tenant_id)
-    thread = await rt.store.create_thread(thread_id, agent_name(rt, body.agent), tenant=scope.tenant_id)
+    state = None
+    if body.identity:  # the subject at creation, in the thread's tenant's memory
+        key = await (await rt.memory_for(thread_id)).bind(body.identity)
+        state = {SUBJECT_KEY: msgspec.json.encode(key).decode()}
+    thread = await rt.store.create_thread(
+        thread_id, agent_name(rt, body.agent), tenant=scope.tenant_id, state=state
+    )
     return ThreadOut.of(thread, scope)
 
 

@@ -41,6 +41,13 @@ class ThreadCreate(Body):
 
     id: str | None = Field(None, pattern=THREAD_ID_PATTERN, description="default: a new random id")
     agent: str | None = Field(None, max_length=128, description="default: the server's first agent")
+    identity: dict[str, str] | None = Field(
+        None,
+        max_length=16,
+        description="identity parts (e.g. phone, device) of the person the thread serves: their "
+        "binding key is journaled as the new thread's subject in the same transaction (an existing "
+        "thread is returned unchanged)",
+    )
 
 
 class UsageOut(BaseModel):

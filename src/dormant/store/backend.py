@@ -126,8 +126,12 @@ class Backend(Protocol):
 
     # -- threads ---------------------------------------------------------------------
 
-    async def create_thread(self, thread_id: str, agent: str) -> Thread:
-        """Insert the thread row unless it exists; the stored row either way."""
+    async def create_thread(
+        self, thread_id: str, agent: str, state: Mapping[str, str] | None = None
+    ) -> Thread:
+        """Insert the thread row unless it exists, with key/value ``state`` (JSON text
+        values) journaled as ``add`` records in the same transaction when it is new; the
+        stored row either way (an existing thread's state is left as it is)."""
         ...
 
     async def get_thread(self, thread_id: str) -> Thread | None:

@@ -112,8 +112,11 @@ class Store(Protocol):
         """Flush pending writes and release connections."""
         ...
 
-    async def create_thread(self, thread_id: str, agent: str, *, tenant: str | None = None) -> Thread:
-        """Create a thread if it does not exist; return the stored row either way."""
+    async def create_thread(
+        self, thread_id: str, agent: str, *, tenant: str | None = None, state: Mapping[str, str] | None = None
+    ) -> Thread:
+        """Create a thread if it does not exist (with ``state`` journaled, when new);
+        return the stored row either way."""
         ...
 
     async def get_thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:

@@ -240,10 +240,16 @@ class StoreCore(TenantRules):
 
     # -- threads ---------------------------------------------------------------------
 
-    async def create_thread(self, thread_id: str, agent: str, *, tenant: str | None = None) -> Thread:
-        """Create a thread if it does not exist; the stored row either way."""
+    async def create_thread(
+        self, thread_id: str, agent: str, *, tenant: str | None = None, state: Mapping[str, str] | None = None
+    ) -> Thread:
+        """Create a thread if it does not exist, with key/value ``state`` (JSON text
+        values, e.g. its subject: :data:`dormant.registers.SUBJECT_KEY`) journaled in the
+        same transaction when it is new; the stored row either way."""
         tenancy.check([thread_id], tenant)
-        return await self.backend.create_thread(thread_id, agent)
+        if state:
+            validate_state(state)
+        return await self.backend.create_thread(thread_id, agent, state or None)
 
     async def get_thread(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """The thread's row; NotFound if missing."""

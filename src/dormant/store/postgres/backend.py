@@ -17,7 +17,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -314,8 +314,29 @@ class PostgresBackend(BackendDefaults):
 
     # -- threads ---------------------------------------------------------------------
 
-    async def create_thread(self, thread_id: str, agent: str) -> Thread:
-        """Insert the thread row unless it exists; the stored row."""
+    async def create_thread(
+        self, thread_id: str, agent: str, state: Mapping[str, str] | None = None
+    ) -> Thread:
+        """Insert the thread row unless it exists (``state`` journaled when it is new); the stored row."""
+        if state:
+            items = sorted(state.items())
+            params = {
+                "id": thread_id,
+                "agent": agent,
+                "now": self.clock(),
+                "keys": [k for k, _ in items],
+                "values": [v for _, v in items],
+            }
+            size = sum(len(k) + len(v) for k, v in items) + 256
+            made: Thread | None = await self._write(
+                Job(sql.CREATE_THREAD_STATE, params, lambda rows, _: row_thread(rows[0]) if rows else None),
+                size,
+            )
+            if made is not None:
+                return made
+            existing = await self.get_thread(thread_id)
+            assert existing is not None  # the insert found it
+            return existing
         job = Job(
             sql.CREATE_THREAD,
             (thread_id, agent, self.clock()),

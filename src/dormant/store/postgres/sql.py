@@ -499,6 +499,19 @@ SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM pieces)
 JOURNAL_SEQ_AT = """
 SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = %s AND key IS NOT NULL AND msg_seq <= %s
 """
+# A new thread with its first state journaled (no row when the id exists already).
+CREATE_THREAD_STATE = f"""
+WITH t AS (
+  INSERT INTO threads (id, agent, created_at, updated_at)
+  VALUES (%(id)s, %(agent)s, %(now)s, %(now)s)
+  ON CONFLICT (id) DO NOTHING
+  RETURNING *),
+j AS (
+  INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
+  SELECT t.id, e.n, 'add', e.k, e.v, 0, %(now)s, 0
+  FROM t, unnest(%(keys)s::text[], %(values)s::text[]) WITH ORDINALITY AS e (k, v, n))
+SELECT {THREAD_COLS} FROM t
+"""
 FORK_THREAD = f"""
 WITH t AS (
   INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at)

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,7 @@ from ...records import (
 from .. import fairness
 from ..backend import BackendDefaults
 from ..rows import row_entry, row_message, row_thread
-from . import jobs, outbox, sql
+from . import jobs, journal_sql, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
 from .journal import SQLiteJournal
@@ -355,15 +355,22 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
 
     # -- threads ---------------------------------------------------------------------
 
-    async def create_thread(self, thread_id: str, agent: str) -> Thread:
-        """Insert the thread unless it exists; the stored row."""
+    async def create_thread(
+        self, thread_id: str, agent: str, state: Mapping[str, str] | None = None
+    ) -> Thread:
+        """Insert the thread unless it exists (``state`` journaled when it is new); the stored row."""
         now = self.clock()
+        changes = [
+            (thread_id, n, "add", k, v, 0, now, 0)
+            for n, (k, v) in enumerate(sorted((state or {}).items()), 1)
+        ]
 
         def job(conn: Conn) -> Thread | None:
-            jobs.insert_thread(conn, thread_id, agent, now)
+            if jobs.insert_thread(conn, thread_id, agent, now) and changes:
+                conn.executemany(journal_sql.INSERT_CHANGE, changes)
             return jobs.get_thread(conn, thread_id)
 
-        result: Thread = await self._write(job)
+        result: Thread = await self._write(job, 256 + sum(len(k) + len(v) for k, v in (state or {}).items()))
         return result
 
     async def get_thread(self, thread_id: str) -> Thread | None:
