@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from ..memory.records import MemoryRecord
 from ..records import (
     ApiKey,
     Input,
@@ -21,6 +22,7 @@ from ..records import (
     Summary,
     Tenant,
     Thread,
+    TierSizes,
     ToolCall,
     Usage,
 )
@@ -201,4 +203,69 @@ def row_journal(row: Sequence[Any]) -> JournalEntry:
         recoverable=bool(row[10]),
         created_at=row[11],
         msg_seq=row[12],
+    )
+
+
+def memory_params(key: str | None, rec: MemoryRecord, tenant: str, subject: str, tags: Any) -> list[Any]:
+    """A memory record's row values, key tag first, in ``memory_records`` column order
+    (``tags`` as the backend stores them: JSON text on SQLite, jsonb on PostgreSQL)."""
+    return [
+        key,
+        rec.id,
+        tenant,
+        subject,
+        rec.kind,
+        rec.text,
+        tags,
+        rec.agent,
+        rec.thread,
+        rec.importance,
+        rec.source_thread,
+        rec.source_seq,
+        rec.created_at,
+        rec.valid_from,
+        rec.invalid_at,
+        rec.last_access_at,
+        rec.access_count,
+        rec.content_hash,
+    ]
+
+
+def row_memory(
+    row: Sequence[Any], tags: dict[str, Any], embedding: tuple[float, ...] | None = None
+) -> MemoryRecord:
+    """A memory record from a row of the backends' record columns (``row[1:18]``; ``tags``
+    decoded by the backend)."""
+    return MemoryRecord(
+        id=row[1],
+        tenant=row[2],
+        subject=row[3],
+        kind=row[4],
+        text=row[5],
+        tags=tags,
+        agent=row[7],
+        thread=row[8],
+        importance=row[9],
+        source_thread=row[10],
+        source_seq=row[11],
+        created_at=row[12],
+        valid_from=row[13],
+        invalid_at=row[14],
+        last_access_at=row[15],
+        access_count=row[16],
+        content_hash=row[17],
+        embedding=embedding,
+    )
+
+
+def row_tier_sizes(row: Sequence[Any]) -> TierSizes:
+    """The bytes of each retention tier from a ``TIER_SIZES`` row."""
+    full, cut, history, journal, blobs, keys = row
+    return TierSizes(
+        tool_full=int(full),
+        tool_excerpt=int(cut),
+        history=int(history),
+        journal=int(journal),
+        blobs=int(blobs),
+        dedup_keys=int(keys),
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 import psycopg
@@ -37,6 +37,7 @@ from ...memory.fulltext import index_text
 from ...memory.ranking import Candidate, FilterSpec
 from ...memory.records import MemoryChange, MemoryRecord
 from ..loopcall import call_on_loop
+from ..rows import memory_params
 from . import memory_reads as reads
 from . import memory_sql as sql
 from .driver import RETRYABLE, Conn, sqlstate, translate
@@ -193,27 +194,7 @@ class PostgresMemoryBackend:
         if item.vector is not None and dim is not None and len(item.vector) != dim:
             raise UsageError(f"this memory holds {dim}-d vectors; the embedder gives {len(item.vector)}-d")
         with_vector = item.vector is not None and dim is not None
-        params: list[Any] = [
-            item.key,
-            rec.id,
-            tenant,
-            subject,
-            rec.kind,
-            rec.text,
-            Jsonb(rec.tags),
-            rec.agent,
-            rec.thread,
-            rec.importance,
-            rec.source_thread,
-            rec.source_seq,
-            rec.created_at,
-            rec.valid_from,
-            rec.invalid_at,
-            rec.last_access_at,
-            rec.access_count,
-            rec.content_hash,
-            index_text(rec.text),
-        ]
+        params = [*memory_params(item.key, rec, tenant, subject, Jsonb(rec.tags)), index_text(rec.text)]
         if with_vector and item.vector is not None:
             params.append(sql.vector_literal(item.vector))
         await c.execute(sql.INSERT_WITH_VECTOR if with_vector else sql.INSERT, params)

@@ -17,6 +17,7 @@ import msgspec
 
 from ...memory.ranking import FilterSpec
 from ...memory.records import MemoryChange, MemoryRecord
+from ..rows import row_memory
 
 COLS = (
     "rid, id, tenant, subject, kind, text, tags, agent, thread, importance, source_thread, source_seq, "
@@ -176,25 +177,7 @@ def filter_sql(spec: FilterSpec, now: float) -> tuple[str, list[Any]]:
 
 def to_record(row: Sequence[Any]) -> MemoryRecord:
     """A ``COLS`` row as a record."""
-    return MemoryRecord(
-        id=row[1],
-        tenant=row[2],
-        subject=row[3],
-        kind=row[4],
-        text=row[5],
-        tags=dict(row[6]),
-        agent=row[7],
-        thread=row[8],
-        importance=row[9],
-        source_thread=row[10],
-        source_seq=row[11],
-        created_at=row[12],
-        valid_from=row[13],
-        invalid_at=row[14],
-        last_access_at=row[15],
-        access_count=row[16],
-        content_hash=row[17],
-    )
+    return row_memory(row, dict(row[6]))
 
 
 def to_change(row: Sequence[Any]) -> MemoryChange:

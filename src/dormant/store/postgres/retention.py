@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ...blobs import BLOB_LINE, REF_CHARS
 from ...errors import NotFound, UsageError
 from ...records import JournalEntry, Thread, TierSizes
-from ..rows import row_journal, row_thread
+from ..rows import row_journal, row_thread, row_tier_sizes
 from . import sql
 from .driver import Conn, Rows, translate
 from .reads import PgReads
@@ -188,15 +188,7 @@ class PgRetention:
 
     async def tier_sizes(self, note: str) -> TierSizes:
         """Bytes each retention tier takes."""
-        full, cut, history, journal, blobs, keys = (await self.reads.rows(sql.TIER_SIZES, {"note": note}))[0]
-        return TierSizes(
-            tool_full=int(full),
-            tool_excerpt=int(cut),
-            history=int(history),
-            journal=int(journal),
-            blobs=int(blobs),
-            dedup_keys=int(keys),
-        )
+        return row_tier_sizes((await self.reads.rows(sql.TIER_SIZES, {"note": note}))[0])
 
     async def journal_totals(self) -> tuple[float | None, int, int, int, int]:
         """The newest checkpoint's time and bytes; recovery's reads (see the Backend protocol)."""

@@ -33,6 +33,7 @@ from ...memory.backend import AddItem, AddResult, Decide, RebindMode, Search
 from ...memory.fulltext import index_text, match_expr
 from ...memory.ranking import Candidate, FilterSpec
 from ...memory.records import MemoryChange, MemoryRecord
+from ..rows import memory_params
 from .connect import load_vector_extension
 from .memory_link import StoreRows
 from .memory_sql import COLS as _COLS
@@ -215,26 +216,7 @@ class SQLiteMemoryBackend:
             self._history(c, tenant, "supersede", subject, old_id, actor, rec.created_at, f"by {rec.id}")
         c.execute(
             f"INSERT INTO memory_records (key_tag, {_COLS.removeprefix('rid, ')}) VALUES ({_in(range(18))})",
-            (
-                item.key,
-                rec.id,
-                tenant,
-                subject,
-                rec.kind,
-                rec.text,
-                msgspec.json.encode(rec.tags).decode(),
-                rec.agent,
-                rec.thread,
-                rec.importance,
-                rec.source_thread,
-                rec.source_seq,
-                rec.created_at,
-                rec.valid_from,
-                rec.invalid_at,
-                rec.last_access_at,
-                rec.access_count,
-                rec.content_hash,
-            ),
+            memory_params(item.key, rec, tenant, subject, msgspec.json.encode(rec.tags).decode()),
         )
         rid = c.last_insert_rowid()
         c.execute(

@@ -15,6 +15,7 @@ import msgspec
 
 from ...memory.ranking import FilterSpec
 from ...memory.records import MemoryRecord
+from ..rows import row_memory
 
 Vector = tuple[float, ...]
 #: apsw rows are untyped; the converters below give them types
@@ -42,26 +43,8 @@ def unpack(blob: bytes) -> Vector:
 
 
 def to_record(row: Sequence[Any], vector: Vector | None = None) -> MemoryRecord:
-    return MemoryRecord(
-        id=row[1],
-        tenant=row[2],
-        subject=row[3],
-        kind=row[4],
-        text=row[5],
-        tags=_decode_tags.decode(row[6]),
-        agent=row[7],
-        thread=row[8],
-        importance=row[9],
-        source_thread=row[10],
-        source_seq=row[11],
-        created_at=row[12],
-        valid_from=row[13],
-        invalid_at=row[14],
-        last_access_at=row[15],
-        access_count=row[16],
-        content_hash=row[17],
-        embedding=vector,
-    )
+    """A ``COLS`` row as a record (with ``vector`` as its embedding, when read)."""
+    return row_memory(row, _decode_tags.decode(row[6]), vector)
 
 
 def filter_sql(spec: FilterSpec, now: float, alias: str = "r") -> tuple[str, list[Any]]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...blobs import BLOB_LINE, REF_CHARS
 from ...errors import NotFound, UsageError
 from ...records import JournalEntry, Thread, TierSizes
-from ..rows import row_journal
+from ..rows import row_journal, row_tier_sizes
 from . import jobs, journal_sql, sql
 from .writer import Conn, Job
 
@@ -155,15 +155,7 @@ class SQLiteRetention:
 
     async def tier_sizes(self, note: str) -> TierSizes:
         """Bytes each retention tier takes (``note``: what a cut tool result ends with)."""
-        full, cut, history, journal, blobs, keys = self._query(journal_sql.TIER_SIZES, (note,))[0]
-        return TierSizes(
-            tool_full=int(full),
-            tool_excerpt=int(cut),
-            history=int(history),
-            journal=int(journal),
-            blobs=int(blobs),
-            dedup_keys=int(keys),
-        )
+        return row_tier_sizes(self._query(journal_sql.TIER_SIZES, (note,))[0])
 
     async def journal_totals(self) -> tuple[float | None, int, int, int, int]:
         """(newest recoverable checkpoint's time or None, its bytes, bytes of each thread's
