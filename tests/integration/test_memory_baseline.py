@@ -12,8 +12,8 @@ from dormant.store.sqlite.connect import connect, memory_name
 PAST_ONE_GIB = 1_100_000_000
 
 
-def test_the_ram_baseline_is_not_capped_at_one_gib() -> None:
-    conn = connect(
+def ram_database() -> apsw.Connection:
+    return connect(
         memory_name(),
         memory=True,
         page_size=16384,
@@ -22,29 +22,20 @@ def test_the_ram_baseline_is_not_capped_at_one_gib() -> None:
         busy_timeout_ms=1000,
         max_page_count=None,
     )
+
+
+def test_the_ram_baseline_is_not_capped_at_one_gib() -> None:
+    conn = ram_database()
     conn.execute("CREATE TABLE t (b BLOB)")
     piece = 275_000_000  # under SQLite's 1e9-byte limit on one value
     for _ in range(PAST_ONE_GIB // piece + 1):
         conn.execute("INSERT INTO t VALUES (zeroblob(?))", (piece,))
     pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
-    assert isinstance(pages, int)
-    assert pages * 16384 > PAST_ONE_GIB
+    assert isinstance(pages, int) and pages * 16384 > PAST_ONE_GIB
     conn.close()
 
 
 def test_every_ram_store_is_its_own_database() -> None:
-    def open_one() -> apsw.Connection:
-        return connect(
-            memory_name(),
-            memory=True,
-            page_size=16384,
-            cache_kib=1024,
-            synchronous="OFF",
-            busy_timeout_ms=1000,
-            max_page_count=None,
-        )
-
-    a, b = open_one(), open_one()
+    a, b = ram_database(), ram_database()
     a.execute("CREATE TABLE only_in_a (x INTEGER)")
-    tables = b.execute("SELECT name FROM sqlite_master").fetchall()
-    assert tables == []
+    assert b.execute("SELECT name FROM sqlite_master").fetchall() == []

@@ -499,31 +499,28 @@ SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM pieces)
 JOURNAL_SEQ_AT = """
 SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = %s AND key IS NOT NULL AND msg_seq <= %s
 """
-# A new thread with its first state journaled (no row when the id exists already).
+# The new thread `t` (inserted by the statement's first CTE) with its state journaled as
+# `add` records, and its row; no row when the id existed already.
+_WITH_STATE = f"""
+j AS (
+  INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
+  SELECT t.id, e.n, 'add', e.k, e.v, 0, %(now)s, 0
+  FROM t, unnest(%(keys)s::text[], %(values)s::text[]) WITH ORDINALITY AS e (k, v, n))
+SELECT {THREAD_COLS} FROM t
+"""
+# A new thread with its first state journaled.
 CREATE_THREAD_STATE = f"""
 WITH t AS (
   INSERT INTO threads (id, agent, created_at, updated_at)
   VALUES (%(id)s, %(agent)s, %(now)s, %(now)s)
   ON CONFLICT (id) DO NOTHING
-  RETURNING *),
-j AS (
-  INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
-  SELECT t.id, e.n, 'add', e.k, e.v, 0, %(now)s, 0
-  FROM t, unnest(%(keys)s::text[], %(values)s::text[]) WITH ORDINALITY AS e (k, v, n))
-SELECT {THREAD_COLS} FROM t
-"""
+  RETURNING *),{_WITH_STATE}"""
 FORK_THREAD = f"""
 WITH t AS (
   INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at)
   SELECT %(new)s, s.agent, s.id, %(at)s, %(now)s, %(now)s FROM threads s WHERE s.id = %(src)s
   ON CONFLICT (id) DO NOTHING
-  RETURNING *),
-j AS (
-  INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
-  SELECT t.id, e.n, 'add', e.k, e.v, 0, %(now)s, 0
-  FROM t, unnest(%(keys)s::text[], %(values)s::text[]) WITH ORDINALITY AS e (k, v, n))
-SELECT {THREAD_COLS} FROM t
-"""
+  RETURNING *),{_WITH_STATE}"""
 TIER_SIZES = """
 SELECT coalesce(sum(octet_length(content))
                 FILTER (WHERE role = 'tool' AND right(content, length(%(note)s)) <> %(note)s), 0),
