@@ -38,3 +38,37 @@ async def test_memory_api_end_to_end(tmp_path: Path) -> None:
     async with await Memory.open(f"sqlite:///{tmp_path}/m.db", embedder=HashingEmbedder(64)) as again:
         rec = await again.get([alice], first.record.id)
         assert rec.access_count == 8 and rec.last_access_at is not None
+
+
+def _vec_index(path: Path) -> bool:
+    import apsw
+
+    conn = apsw.Connection(str(path))
+    try:
+        row = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'memory_vec_chunks_partition'"
+        ).fetchone()
+        return row is not None
+    finally:
+        conn.close()
+
+
+async def test_vector_table_has_a_partition_index_and_older_files_get_it(tmp_path: Path) -> None:
+    """sqlite-vec looks a subject's chunks up by partition: without this index every
+    scoped KNN scanned every subject's chunk rows (its cost grew with the table)."""
+    import apsw
+
+    db = tmp_path / "m.db"
+    async with await Memory.open(f"sqlite:///{db}", embedder=HashingEmbedder(16)) as mem:
+        key = await mem.bind({"phone": "1"})
+        await mem.add(key, "Order ORD-1 was dispatched", kind="event")
+    assert _vec_index(db)
+    conn = apsw.Connection(str(db))
+    conn.execute("DROP INDEX memory_vec_chunks_partition")  # a file made before the index
+    conn.close()
+    assert not _vec_index(db)
+    async with await Memory.open(f"sqlite:///{db}", embedder=HashingEmbedder(16)) as mem:
+        assert [h.record.text for h in (await mem.recall([key], "dispatched")).hits] == [
+            "Order ORD-1 was dispatched"
+        ]
+    assert _vec_index(db)

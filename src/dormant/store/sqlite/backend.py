@@ -241,6 +241,7 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
             queue_bytes=self.queue_bytes,
         )
         self.memories.open((self._writer, self._reader))
+        await self.memories.upgrade()  # memory's indexes a file of an older version lacks
         await self.blobs.sweep()  # what puts that never finished left more than an hour ago
         await self.recover()  # the leases of workers that died before this open
 

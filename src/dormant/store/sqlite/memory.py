@@ -38,7 +38,7 @@ from .connect import load_vector_extension
 from .memory_link import StoreRows
 from .memory_sql import COLS as _COLS
 from .memory_sql import RCOLS as _RCOLS
-from .memory_sql import VEC_CHUNK, Conn, pack, unpack
+from .memory_sql import VEC_CHUNK, VEC_PARTITION_INDEX, Conn, pack, unpack
 from .memory_sql import filter_sql as _filter
 from .memory_sql import marks as _in
 from .memory_sql import scope_phrase as _scope_phrase
@@ -69,12 +69,39 @@ class MemoryRows:
         rows = StoreRows(asyncio.get_running_loop(), self._submit, self._reader)
         self._backend = SQLiteMemoryBackend(rows, vector_available=loaded)
 
+    async def upgrade(self) -> None:
+        """On the store's event loop, once opened: add what a file made by an older
+        version lacks (the vector table's partition index, :data:`VEC_PARTITION_INDEX`).
+        Reads first; writes only when something is missing."""
+        backend = self.rows()
+        if not backend.vector_available:
+            return
+        if not _needs_partition_index(self._reader()):
+            return
+
+        def job(c: Conn) -> None:
+            c.execute(VEC_PARTITION_INDEX)
+
+        await self._submit(job, 256)
+
     def rows(self) -> SQLiteMemoryBackend:
         """The rows of the opened store (StoreError before it was opened; once it is closed,
         each of their operations raises StoreError: its writer and reader are gone)."""
         if self._backend is None:
             raise StoreError("the store is not open")
         return self._backend
+
+
+def _needs_partition_index(c: Conn) -> bool:
+    """Whether the vector table exists without :data:`VEC_PARTITION_INDEX`."""
+    names = {
+        name
+        for (name,) in c.execute(
+            "SELECT name FROM sqlite_master "
+            "WHERE name IN ('memory_vec_chunks', 'memory_vec_chunks_partition')"
+        )
+    }
+    return names == {"memory_vec_chunks"}
 
 
 class SQLiteMemoryBackend:
@@ -106,6 +133,7 @@ class SQLiteMemoryBackend:
             f"subject text partition key, embedding float[{int(dim)}] distance_metric=cosine, "
             f"chunk_size={VEC_CHUNK})"
         )
+        c.execute(VEC_PARTITION_INDEX)
         c.execute("INSERT OR REPLACE INTO memory_meta VALUES ('vector_dim', ?)", (str(dim),))
         self._dim = dim
 
