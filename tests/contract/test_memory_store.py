@@ -376,6 +376,7 @@ def test_small_scopes_rank_by_bm25_over_their_rows_like_fts5(
     text_only = RecallMode(vector=False)
     from dormant.memory import bm25
     from dormant.store.sqlite import memory as sqlite_memory
+    from dormant.store.sqlite import memory_search
 
     calls: list[int] = []
     real = bm25.scores
@@ -389,7 +390,7 @@ def test_small_scopes_rank_by_bm25_over_their_rows_like_fts5(
     assert scoped == ["parcel parcel: shipped twice, shipping again", "the parcel was shipped on Monday"]
     if isinstance(core.backend, sqlite_memory.SQLiteMemoryBackend):
         assert calls == [3]  # Alice's three rows were scored, nothing else was read
-        monkeypatch.setattr(sqlite_memory, "SCOPED_TEXT_ROWS", 0)
+        monkeypatch.setattr(memory_search, "SCOPED_TEXT_ROWS", 0)
         assert texts(core, [ALICE], "shipping parcel", mode=text_only) == scoped
         assert calls == [3]  # FTS5 ranked this time
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dormant.errors import NotFound
-from dormant.memory import HashingEmbedder, Memory
+from dormant.memory import HashingEmbedder, Memory, NewMemory
 
 
 async def test_memory_api_end_to_end(tmp_path: Path) -> None:
@@ -72,3 +72,35 @@ async def test_vector_table_has_a_partition_index_and_older_files_get_it(tmp_pat
             "Order ORD-1 was dispatched"
         ]
     assert _vec_index(db)
+
+
+def test_reads_of_a_file_store_do_not_wait_for_its_event_loop(tmp_path: Path) -> None:
+    """A recall reads on memory's own connection in the worker thread: a store loop busy
+    with something else (a slice, say) does not hold it up."""
+    import threading
+    import time
+
+    from dormant.memory import MemoryCore
+    from dormant.memory.blocking import blocking
+    from dormant.store.sqlite import SQLiteStore
+
+    with blocking(SQLiteStore(f"sqlite:///{tmp_path}/m.db")) as (store, loops):
+        core = MemoryCore(store.memory_rows(), HashingEmbedder(16))
+        key = core.bind("", {"phone": "1"})
+        core.add("", NewMemory(subject=key, text="Order ORD-1 was dispatched", kind="event"))
+        busy, release = threading.Event(), threading.Event()
+
+        async def hog() -> None:
+            busy.set()
+            release.wait(10)  # blocks the loop's thread
+
+        done = asyncio.run_coroutine_threadsafe(hog(), loops.loop)
+        assert busy.wait(10)
+        try:
+            started = time.monotonic()
+            hits = core.recall("", [key], "dispatched").hits
+            assert time.monotonic() - started < 5
+            assert [h.record.text for h in hits] == ["Order ORD-1 was dispatched"]
+        finally:
+            release.set()
+            done.result(10)

@@ -31,6 +31,8 @@ def occurrences(doc: Sequence[str], phrase: Tokens) -> int:
     if n == 0 or n > len(doc):
         return 0
     first = phrase[0]
+    if n == 1:  # most query terms are one token
+        return doc.count(first)
     return sum(1 for i in range(len(doc) - n + 1) if doc[i] == first and tuple(doc[i : i + n]) == phrase)
 
 

@@ -240,7 +240,10 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
             queue_jobs=self.queue_jobs,
             queue_bytes=self.queue_bytes,
         )
-        self.memories.open((self._writer, self._reader))
+        self.memories.open(
+            (self._writer, self._reader),
+            None if self.memory else lambda: self._connect(name, READER_CACHE_KIB),
+        )
         await self.memories.upgrade()  # memory's indexes a file of an older version lacks
         await self.blobs.sweep()  # what puts that never finished left more than an hour ago
         await self.recover()  # the leases of workers that died before this open
@@ -290,6 +293,7 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        self.memories.close()
         for conn in {id(c): c for c in (self._reader, self._writer) if c is not None}.values():
             conn.close()
         self._reader = self._writer = None  # memory's rows, on _write and _read, fail from now on

@@ -24,30 +24,25 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import apsw
 import msgspec
 
 from ...errors import StoreError, UsageError
-from ...memory import bm25
 from ...memory.backend import AddItem, AddResult, Decide, RebindMode, Search
-from ...memory.fulltext import index_text, match_expr
+from ...memory.fulltext import index_text
 from ...memory.ranking import Candidate, FilterSpec
 from ...memory.records import MemoryChange, MemoryRecord
 from ..rows import memory_params
+from . import memory_search
 from .connect import load_vector_extension
 from .memory_link import StoreRows
+from .memory_readers import ReaderPool
 from .memory_sql import COLS as _COLS
-from .memory_sql import RCOLS as _RCOLS
 from .memory_sql import VEC_CHUNK, VEC_PARTITION_INDEX, Conn, pack, unpack
 from .memory_sql import filter_sql as _filter
 from .memory_sql import marks as _in
-from .memory_sql import scope_phrase as _scope_phrase
 from .memory_sql import to_record as _record
 
 T = TypeVar("T")
-#: A scope with at most this many rows (after the structural filter) is ranked by BM25
-#: over its rows in Python; a bigger one (tenant-wide knowledge, say) by FTS5.
-SCOPED_TEXT_ROWS = 2000
 
 
 class MemoryRows:
@@ -60,14 +55,25 @@ class MemoryRows:
         self._submit = submit
         self._reader = reader
         self._backend: SQLiteMemoryBackend | None = None
+        self._pool: ReaderPool | None = None
 
-    def open(self, conns: Sequence[Conn]) -> None:
+    def open(self, conns: Sequence[Conn], connect: Callable[[], Conn] | None = None) -> None:
         """On the store's event loop, as it opens: jobs go to ``submit`` (the store's writer
         queue) and ``reader``; sqlite-vec is loaded into each of ``conns`` (when it cannot be,
-        :attr:`~SQLiteMemoryBackend.vector_available` is False and recall degrades)."""
+        :attr:`~SQLiteMemoryBackend.vector_available` is False and recall degrades).
+        ``connect`` (a file store) opens another connection to the file: reads then run
+        on a :class:`ReaderPool` of those, in the worker thread that asks, with no hop."""
         loaded = all([load_vector_extension(conn) for conn in {id(c): c for c in conns}.values()])
-        rows = StoreRows(asyncio.get_running_loop(), self._submit, self._reader)
+        if connect is not None:
+            self._pool = ReaderPool(lambda: _pool_conn(connect, loaded))
+        rows = StoreRows(asyncio.get_running_loop(), self._submit, self._reader, self._pool)
         self._backend = SQLiteMemoryBackend(rows, vector_available=loaded)
+
+    def close(self) -> None:
+        """Close the read pool (as the store closes)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     async def upgrade(self) -> None:
         """On the store's event loop, once opened: add what a file made by an older
@@ -90,6 +96,19 @@ class MemoryRows:
         if self._backend is None:
             raise StoreError("the store is not open")
         return self._backend
+
+
+def _pool_conn(connect: Callable[[], Conn], vectors: bool) -> Conn:
+    """A read-only connection of the pool, with sqlite-vec when the store's have it."""
+    conn = connect()
+    try:
+        conn.execute("PRAGMA query_only = 1")
+        if vectors and not load_vector_extension(conn):
+            raise StoreError("sqlite-vec loaded on the store's connections but not on a new one")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _needs_partition_index(c: Conn) -> bool:
@@ -437,100 +456,10 @@ class SQLiteMemoryBackend:
     def candidates(
         self, tenant: str, keys: Sequence[str], search: Search
     ) -> tuple[list[Candidate], list[str]]:
-        where, args = _filter(search.spec, search.now)
-
         def job(c: Conn) -> tuple[list[Candidate], list[str]]:
-            found: dict[int, list[Any]] = {}
-            degraded: list[str] = []
-            dim = self._vec_dim(c)
-            match = match_expr([list(g) for g in search.terms]) if search.terms else None
-            scoped = self._scoped_text(c, tenant, keys, where, args, search) if match is not None else None
-            if scoped is not None:
-                for i, (row, score) in enumerate(scoped, 1):
-                    found[row[0]] = [row, i, score, None, 0.0]
-            elif match is not None:
-                rows = c.execute(
-                    f"SELECT {_RCOLS}, bm25(memory_fts, 0.0, 1.0) AS s "
-                    "FROM memory_fts JOIN memory_records r ON r.rid = memory_fts.rowid "
-                    f"WHERE memory_fts MATCH ? AND r.tenant = ? AND r.subject IN ({_in(keys)}) AND {where} "
-                    "ORDER BY s LIMIT ?",
-                    (
-                        f"scope : {_scope_phrase(keys)} AND body : ({match})",
-                        tenant,
-                        *keys,
-                        *args,
-                        search.text_limit,
-                    ),
-                ).fetchall()
-                for i, row in enumerate(rows, 1):
-                    found[row[0]] = [row[:-1], i, -row[-1], None, 0.0]
-            if search.vector is not None:
-                if not self._vec:
-                    degraded.append("vector index unavailable (sqlite-vec not loaded): text + structure only")
-                elif dim is not None and dim != len(search.vector):
-                    raise UsageError(
-                        f"this memory holds {dim}-d vectors; the query has {len(search.vector)}-d"
-                    )
-                elif dim is not None:
-                    hits = c.execute(
-                        "SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
-                        f"AND subject IN ({_in(keys)})",
-                        (pack(search.vector), search.vector_limit, *keys),
-                    ).fetchall()
-                    dist: dict[int, float] = dict(hits)
-                    if dist:
-                        rows = c.execute(
-                            f"SELECT {_COLS} FROM memory_records r WHERE rid IN ({_in(list(dist))}) "
-                            f"AND tenant = ? AND subject IN ({_in(keys)}) AND {where}",
-                            (*dist, tenant, *keys, *args),
-                        ).fetchall()
-                        rows.sort(key=lambda r: dist[r[0]])
-                        for i, row in enumerate(rows[: search.vector_limit], 1):
-                            entry = found.setdefault(row[0], [row, None, 0.0, None, 0.0])
-                            entry[3], entry[4] = i, 1.0 - dist[row[0]]
-            if search.terms is None and search.vector is None and search.recent_limit:
-                rows = c.execute(
-                    f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
-                    f"AND subject IN ({_in(keys)}) AND {where} ORDER BY created_at DESC LIMIT ?",
-                    (tenant, *keys, *args, search.recent_limit),
-                ).fetchall()
-                for row in rows:
-                    found.setdefault(row[0], [row, None, 0.0, None, 0.0])
-            return [Candidate(_record(e[0]), e[1], e[2], e[3], e[4]) for e in found.values()], degraded
+            return memory_search.candidates(c, tenant, keys, search, self._vec, self._vec_dim(c))
 
         return self._rows.read(job)
-
-    def _scoped_text(
-        self, c: Conn, tenant: str, keys: Sequence[str], where: str, args: list[Any], search: Search
-    ) -> list[tuple[Any, float]] | None:
-        """The text ranking of a small scope by BM25 over its rows (:mod:`~dormant.memory.bm25`),
-        best first; None when the scope holds more than :data:`SCOPED_TEXT_ROWS` rows
-        (FTS5 then ranks)."""
-        rows = c.execute(
-            f"SELECT {_COLS} FROM memory_records r WHERE tenant = ? "
-            f"AND subject IN ({_in(keys)}) AND {where} LIMIT ?",
-            (tenant, *keys, *args, SCOPED_TEXT_ROWS + 1),
-        ).fetchall()
-        if len(rows) > SCOPED_TEXT_ROWS:
-            return None
-        tokenize = self._tokenizer(c)
-        phrases = [
-            tuple(t[2] for t in tokenize(index_text(term).strip().encode(), apsw.FTS5_TOKENIZE_QUERY, None))
-            for group in search.terms or ()
-            for term in group
-            if term.strip()
-        ]
-        docs = [
-            [t[2] for t in tokenize(index_text(row[5]).encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None)]
-            for row in rows
-        ]
-        ranked = [(row, s) for row, s in zip(rows, bm25.scores(docs, phrases), strict=True) if s is not None]
-        ranked.sort(key=lambda pair: (-pair[1], pair[0][0]))
-        return ranked[: search.text_limit]
-
-    def _tokenizer(self, c: Conn) -> Any:
-        """The index's own tokenizer (``porter unicode61 remove_diacritics 2``) on ``c``."""
-        return c.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
 
     def get(
         self, tenant: str, keys: Sequence[str], ids: Sequence[str], with_vectors: bool

@@ -4,7 +4,8 @@
 (the embedder must stay off the event loop); the store's writer and reader belong
 to the loop that opened the store. :class:`StoreRows` submits each job to that
 loop (:func:`~dormant.store.loopcall.call_on_loop`) and blocks the worker thread
-until it ran.
+until it ran. A file store's reads skip the loop: they run in the worker thread
+itself, on a connection of memory's :class:`~dormant.store.sqlite.memory_readers.ReaderPool`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import apsw
 
 from ..loopcall import call_on_loop
 from .connect import translate
+from .memory_readers import ReaderPool
 
 T = TypeVar("T")
 #: apsw.Connection (untyped rows)
@@ -28,7 +30,7 @@ class StoreRows:
 
     ``submit(job, size)`` is the store writer's queue (one group-committed
     transaction per batch; the job's value once committed); ``reader()`` the
-    store's read connection.
+    store's read connection, used when there is no ``pool`` (``memory://``).
     """
 
     def __init__(
@@ -36,10 +38,12 @@ class StoreRows:
         loop: asyncio.AbstractEventLoop,
         submit: Callable[[Callable[[Conn], Any], int], Awaitable[Any]],
         reader: Callable[[], Conn],
+        pool: ReaderPool | None = None,
     ) -> None:
         self._loop = loop
         self._submit = submit
         self._reader = reader
+        self._pool = pool
 
     def write(self, job: Callable[[Conn], T], size: int = 1024) -> T:
         """``job`` in a store write transaction; its value once committed."""
@@ -51,7 +55,10 @@ class StoreRows:
         return self._call(run())
 
     def read(self, job: Callable[[Conn], T]) -> T:
-        """``job`` on the store's reader connection."""
+        """``job`` on a read connection: the pool's, in this thread, else the store's
+        reader, on its loop."""
+        if self._pool is not None:
+            return self._pool.run(job)
 
         async def run() -> T:
             try:
