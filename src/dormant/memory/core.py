@@ -13,7 +13,6 @@ them in a worker thread.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -25,6 +24,7 @@ import msgspec
 from ..errors import InvalidInput, NotFound, UsageError
 from ..store.keys import check_tenant_id
 from ..store.tenancy import tenant_of
+from .access import AccessCounts
 from .backend import AddItem, AddResult, MemoryBackend, RebindMode, Search
 from .binding import bind, check_key, part_hash, part_hashes
 from .dictionary import DEFAULT_PULL_WEIGHT, EMPTY, Dictionary
@@ -68,7 +68,8 @@ class MemoryConfig:
     #: measured in BENCHMARKS.md)
     pull_records: bool = False
     #: accesses are counted in batches of this many records (one write per batch, not per
-    #: recall); a crash loses at most one batch of counts, never a record
+    #: recall, by a thread of its own: :mod:`~dormant.memory.access`); a crash loses at
+    #: most a few batches of counts, never a record
     touch_batch: int = 256
 
 
@@ -113,9 +114,8 @@ class MemoryCore:
         self.config = config or MemoryConfig()
         self._dicts: OrderedDict[str, Dictionary] = OrderedDict()
         self._embedder_checked = False
-        self._touches: dict[str, list[tuple[str, float]]] = {}
-        self._touched = 0
-        self._touch_lock = threading.Lock()
+        #: access counts of recalled records, written in batches off recall's path
+        self.accesses = AccessCounts(backend.touch, self.config.touch_batch)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -160,20 +160,9 @@ class MemoryCore:
                 vecs = [d.pull(t, v, self.embedder.embed) for t, v in zip(texts, vecs, strict=True)]
         return vecs
 
-    def _touch(self, tenant: str, ids: list[str], now: float) -> None:
-        with self._touch_lock:
-            self._touches.setdefault(tenant, []).extend((i, now) for i in ids)
-            self._touched += len(ids)
-            if self._touched < self.config.touch_batch:
-                return
-        self.flush()
-
     def flush(self) -> None:
         """Write the access counts not written yet (call before closing)."""
-        with self._touch_lock:
-            pending, self._touches, self._touched = self._touches, {}, 0
-        for tenant, accesses in pending.items():
-            self.backend.touch(tenant, accesses)
+        self.accesses.flush()
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -356,7 +345,7 @@ class MemoryCore:
         cands, more = self.backend.candidates(tenant, scope, search)
         ranked = rank(cands, policy, now=t if at is None else at, k=k)
         if self.config.touch_on_recall and ranked:
-            self._touch(tenant, [s.candidate.record.id for s in ranked], t)
+            self.accesses.add(tenant, [s.candidate.record.id for s in ranked], t)
         hits = tuple(
             RecallHit(
                 record=s.candidate.record,
