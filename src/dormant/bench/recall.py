@@ -25,6 +25,7 @@ import os
 import random
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -53,6 +54,9 @@ SUMMARY_KEYS = (
     "rss_bytes",
 )
 BATCH = 500
+#: the latency phase's fill: records per add_many (the core's maximum) and batches at once
+FILL_BATCH = 1000
+FILL_IN_FLIGHT = 2
 #: the λ sweep (per hour) of the variants
 LAMBDAS = (0.00001, 0.0001, 0.001, 0.01)
 #: the reciprocal-rank constants of the variants (at the default λ)
@@ -224,24 +228,34 @@ def _latency(params: dict[str, Any], out: Path, progress: bool, stack: ExitStack
     pending: list[NewMemory] = []
     checkpoints = sorted({max(1, total * q // 4) for q in (1, 2, 3, 4)})
     points = []
-    written = 0
+    max_s = float(params.get("latency_seconds", DEFAULTS["latency_seconds"]))
     t_fill = time.perf_counter()
     fill_s = 0.0
-    while written < total:
+    # FILL_IN_FLIGHT batches at once: one is built and embedded while the store's writer
+    # commits the other (the writer group-commits what is queued together)
+    fill = stack.enter_context(ThreadPoolExecutor(FILL_IN_FLIGHT, thread_name_prefix="bench-fill"))
+    in_flight: list[Future[Any]] = []
+    queued = 0
+    while queued < total:
         key = f"b1_{rng.getrandbits(256):064x}"
         subjects.append(key)
-        pending += _synthetic(rng, key, min(per_subject, total - written - len(pending)), T0)
-        while len(pending) >= BATCH or (pending and written + len(pending) >= total):
-            size = min(BATCH, checkpoints[0] - written) if checkpoints else BATCH
+        pending += _synthetic(rng, key, min(per_subject, total - queued - len(pending)), T0)
+        while len(pending) >= FILL_BATCH or (pending and queued + len(pending) >= total):
+            size = min(FILL_BATCH, checkpoints[0] - queued) if checkpoints else FILL_BATCH
             batch, pending = pending[:size], pending[size:]
-            core.add_many(TENANT, batch, actor="bench", now=T_END)
-            written += len(batch)
+            if len(in_flight) >= FILL_IN_FLIGHT:
+                in_flight.pop(0).result()
+            in_flight.append(fill.submit(core.add_many, TENANT, batch, actor="bench", now=T_END))
+            queued += len(batch)
             if progress:
-                print(f"progress {written} {total}", flush=True)
-            if checkpoints and written >= checkpoints[0]:
+                print(f"progress {queued} {total}", flush=True)
+            if checkpoints and queued >= checkpoints[0]:
+                for done in in_flight:
+                    done.result()
+                in_flight.clear()
                 checkpoints.pop(0)
                 fill_s += time.perf_counter() - t_fill
-                points.append(_measure(core, subjects, rng, n_queries, written))
+                points.append(_measure(core, subjects, rng, n_queries, queued, max_s))
                 t_fill = time.perf_counter()
     fill_s += time.perf_counter() - t_fill
     db = sum(
@@ -275,10 +289,14 @@ QUERY_WORDS = [
 
 
 def _measure(
-    core: MemoryCore, subjects: list[str], rng: random.Random, n: int, records: int
+    core: MemoryCore, subjects: list[str], rng: random.Random, n: int, records: int, max_s: float
 ) -> dict[str, Any]:
-    times = []
+    """``n`` recalls of random subjects (fewer if ``max_s`` seconds pass first)."""
+    times: list[float] = []
+    deadline = time.perf_counter() + max_s
     for _ in range(n):
+        if times and time.perf_counter() > deadline:
+            break
         q = " ".join(rng.sample(QUERY_WORDS, 3))
         key = rng.choice(subjects)
         t = time.perf_counter()
@@ -286,6 +304,7 @@ def _measure(
         times.append((time.perf_counter() - t) * 1000)
     return {
         "records": records,
+        "queries": len(times),
         "p50_ms": round(percentile(times, 50), 3),
         "p99_ms": round(percentile(times, 99), 3),
         "rss_bytes": rss(),
@@ -352,6 +371,8 @@ DEFAULTS: dict[str, Any] = {
     "memories": 1_000_000,
     "per_subject": 20,
     "latency_queries": 1000,
+    #: each latency point stops timing after this many seconds (with fewer queries)
+    "latency_seconds": 120.0,
 }
 
 
