@@ -34,3 +34,21 @@ def test_minilm_loads_lazily_and_embeds_offline() -> None:
     assert cos(vecs[0], vecs[1]) > cos(vecs[0], vecs[2]) + 0.2
     # batching by length keeps the order and gives the same vector as alone
     assert cos(e.embed(["tea"])[0], vecs[3]) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_hashing_feature_cache_changes_no_vector_and_stays_bounded() -> None:
+    from dormant.memory import embedder as emb
+
+    text = "Order ORD-7 was dispatched " + "x" * 200  # one word longer than the cached features
+    emb._feature_slot.cache_clear()
+    first = emb.HashingEmbedder(64).embed([text])[0]
+    cached = emb._feature_slot.cache_info()
+    assert cached.currsize > 0 and cached.maxsize == emb.FEATURE_CACHE_ENTRIES
+    again = emb.HashingEmbedder(64).embed([text])[0]
+    assert emb._feature_slot.cache_info().hits >= cached.currsize
+    vec = [0.0] * 64  # the uncached computation, feature by feature
+    for feat in emb.HashingEmbedder(64)._features(text):
+        slot, value = emb._slot(feat, 64)
+        vec[slot] += value
+    norm = sum(x * x for x in vec) ** 0.5
+    assert first == again == tuple(x / norm for x in vec)
