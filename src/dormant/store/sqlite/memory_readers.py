@@ -3,8 +3,9 @@
 :class:`~dormant.memory.core.MemoryCore` runs in a worker thread. Handing each of its
 reads to the store's event loop (:class:`~dormant.store.sqlite.memory_link.StoreRows`)
 costs a round trip through a loop that is busy running slices: in a slice, the
-recall's two reads and the profile listing's two took ~3 ms of hops and waiting
-on top of ~1 ms of SQL (measured at 100k records, BENCHMARKS.md, issue 16). A file
+recall's two reads and the profile listing's two cost ~1.8 ms of hops and waiting
+(the recall step 4.5 -> 2.6 ms p50 without them, at 100k records; BENCHMARKS.md,
+issue 16). A file
 store therefore gives memory a small pool of read-only connections to the same
 file: a worker thread checks one out, runs its read on it, and gives it back, with
 no hop. WAL lets them read while the store's writer commits; each read sees what
