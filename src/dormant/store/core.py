@@ -64,6 +64,8 @@ RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is ke
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
+#: Disk for views evicted from RAM (:mod:`dormant.spill`).
+DEFAULT_VIEW_SPILL_BYTES = 256 * 1024 * 1024
 #: Most characters of a thread's ``wait_reason`` kept.
 MAX_WAIT_REASON = 1_000
 
@@ -161,9 +163,9 @@ def check_plan(plan: CommitPlan) -> None:
 class StoreCore(TenantRules):
     """The :class:`~dormant.store.base.Store` over one backend.
 
-    ``views`` is the view cache (created from ``view_cache_bytes`` when not handed
-    in); the memory governor reaches it as ``store.views``. ``view_reads`` counts what
-    building views read (benchmarks).
+    ``views`` is the view cache (created from ``view_cache_bytes`` and
+    ``view_spill_bytes`` when not handed in); the memory governor reaches it as
+    ``store.views``. ``view_reads`` counts what building views read (benchmarks).
     """
 
     def __init__(
@@ -172,11 +174,12 @@ class StoreCore(TenantRules):
         *,
         views: ViewCache | None = None,
         view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
+        view_spill_bytes: int = DEFAULT_VIEW_SPILL_BYTES,
         max_input_bytes: int = inbox.DEFAULT_MAX_INPUT_BYTES,
     ) -> None:
         self.backend = backend
         self.url = backend.url
-        self.views = views if views is not None else ViewCache(view_cache_bytes)
+        self.views = views if views is not None else ViewCache(view_cache_bytes, spill_bytes=view_spill_bytes)
         self.max_input_bytes = max_input_bytes
         self.view_reads = ViewReads()
         #: token counts view loads made, written back with their thread's next commit
@@ -193,8 +196,11 @@ class StoreCore(TenantRules):
         await self.backend.open()
 
     async def close(self) -> None:
-        """Flush pending writes and release connections."""
-        await self.backend.close()
+        """Flush pending writes and release connections (and the views' spill file)."""
+        try:
+            await self.backend.close()
+        finally:
+            self.views.spill.close()
 
     @property
     def clock(self) -> Callable[[], float]:
