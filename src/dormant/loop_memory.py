@@ -5,10 +5,11 @@ registers, recalls the subject's top memories for the newest inputs, and renders
 "state" and "memories" sections within the page manager's shares of the budget
 (:mod:`dormant.pages`, :mod:`dormant.sections`). It hands the slice's tools a
 :class:`SubjectMemory`: ``recall`` reads now; ``remember``, ``forget`` and long-term
-state are *queued* and written only once the slice committed
-(:meth:`LoopMemory.after_commit`), so a failed slice leaves no memory behind. The
-short-term register is the thread's state journal (:mod:`dormant.registers`), which
-commits in the slice's own transaction.
+state are *queued*, built and embedded before the commit (:meth:`LoopMemory.seal`) and
+written by the store in the slice's own transaction (``CommitPlan.memory``), so a
+failed slice leaves no memory behind and a committed one loses none. The short-term
+register is the thread's state journal (:mod:`dormant.registers`), which commits in
+the same transaction.
 
 The registers are read from a bounded cache (entries and bytes) that is valid while
 the thread's ``last_seq`` matches, and updated from each committed plan; only a miss
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from . import journal, registers, sections
+from .errors import InvalidInput
 from .facts import Fact
 from .memory.core import HYBRID, RecallMode
 from .memory.records import MemoryKind, NewMemory, Recall
@@ -279,35 +281,41 @@ class LoopMemory:
             self.on_prepared(load.thread.id, prepared)
         return prepared
 
-    async def after_commit(self, prepared: Prepared, plan: CommitPlan, last_seq: int) -> int:
-        """Once ``plan`` committed (the thread now at ``last_seq``): cache the thread's
-        new journal state (the slice held the lease: nobody else changed it), then
-        write the queued memories; how many writes failed. A failed write is logged as
-        an error and counted, not raised: the slice is already durable (messages and
-        registers), and the memories it meant are what is lost."""
+    async def seal(self, prepared: Prepared, plan: CommitPlan) -> tuple[CommitPlan, int]:
+        """``plan`` with the slice's queued memory writes (``remember``, ``forget``, the
+        long-term register, the compaction's facts) built, validated and embedded, off
+        the event loop, so the store writes them in the plan's own transaction: a slice
+        that fails leaves no memory behind, one that commits loses none. A queued memory
+        the rules refuse (:class:`~dormant.errors.InvalidInput`) is dropped alone and
+        logged; the slice goes on. Returns the plan and how many were dropped."""
+        handle = prepared.handle
+        if handle is None or (not handle.adds and not handle.forgets):
+            return plan, 0
+        memory = handle.memory
+        core, tenant = memory.core, memory.tenant
+        adds: list[NewMemory] = []
+        dropped = 0
+        for new in handle.adds:
+            try:
+                core.build(tenant, new, 0.0)
+            except InvalidInput as exc:
+                dropped += 1
+                _dropped(plan.thread_id, exc)
+                continue
+            adds.append(new)
+        forgets = [((handle.subject,), record_id, reason) for record_id, reason in handle.forgets]
+        writes = await asyncio.to_thread(
+            core.prepare_writes, tenant, adds, forgets, actor=f"thread:{plan.thread_id}"
+        )
+        return msgspec.structs.replace(plan, memory=writes), dropped
+
+    def committed(self, prepared: Prepared, plan: CommitPlan, last_seq: int) -> None:
+        """Once ``plan`` committed (the thread now at ``last_seq``): cache the thread's new
+        journal state (the slice held the lease: nobody else changed it)."""
         state = dict(prepared.state)
         for change in plan.state:
             journal.apply(state, change)
         self.cache.put(plan.thread_id, last_seq, state)
-        handle = prepared.handle
-        if handle is None or (not handle.adds and not handle.forgets):
-            return 0
-        actor = f"thread:{plan.thread_id}"
-        failed = 0
-        memory = handle.memory
-        if handle.adds:
-            try:
-                await memory.add_many(handle.adds, actor=actor)
-            except Exception as exc:
-                failed += len(handle.adds)
-                _failed(plan.thread_id, exc)
-        for record_id, reason in handle.forgets:
-            try:
-                await memory.forget([handle.subject], record_id, reason=reason, actor=actor)
-            except Exception as exc:
-                failed += 1
-                _failed(plan.thread_id, exc)
-        return failed
 
 
 async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:
@@ -328,8 +336,8 @@ async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:
     return out
 
 
-def _failed(thread_id: str, exc: Exception) -> None:
+def _dropped(thread_id: str, exc: Exception) -> None:
     error = f"{type(exc).__name__}: {exc}"
-    log.error(
-        "memory_write_failed thread=%s: %s", thread_id, error, extra={"thread_id": thread_id, "error": error}
+    log.warning(
+        "memory_write_dropped thread=%s: %s", thread_id, error, extra={"thread_id": thread_id, "error": error}
     )

@@ -8,9 +8,12 @@ their boundary; nothing passes ``dict[str, Any]`` around.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 import msgspec
+
+if TYPE_CHECKING:
+    from .memory.backend import MemoryWrites
 
 T = TypeVar("T")
 
@@ -354,6 +357,10 @@ class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     state: tuple[StateChange, ...] = ()
     #: runs this slice ends (an agent-declared unit; by default one per user turn)
     runs: int = 0
+    #: long-term memory writes (``remember``, ``forget``, the long-term register, the
+    #: facts of a compaction), built and embedded before the commit and written in the
+    #: same transaction; never encoded (a store writes them as rows)
+    memory: MemoryWrites | None = None
 
 
 class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -339,6 +339,8 @@ class StoreCore(TenantRules):
         validate_changes(plan.state)
         if plan.runs < 0:
             raise UsageError("a plan cannot end a negative number of runs")
+        if plan.memory is not None and plan.memory.tenant != tenancy.tenant_of(plan.thread_id):
+            raise UsageError(f"the memory writes of {plan.thread_id!r} are not of its tenant")
         counts = self.pending_counts.take(plan.thread_id)
         try:
             if counts:

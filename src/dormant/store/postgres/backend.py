@@ -454,6 +454,9 @@ class PostgresBackend(BackendDefaults):
         """Apply a checked plan in one transaction (``dormant_commit_slice``)."""
         now = self.clock()
         keys = [inbox.sort_key(item, now) for item in plan.admissions]
+        if plan.memory is not None:
+            await self._apply_with_memory(plan, keys, now)
+            return
         job = Job(
             sql.COMMIT_SLICE,
             (encode(plan), keys, now),
@@ -466,6 +469,32 @@ class PostgresBackend(BackendDefaults):
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(job, size + 512)
+
+    async def _apply_with_memory(self, plan: CommitPlan, keys: list[float], now: float) -> None:
+        """A plan that carries memory writes: one transaction on a pooled connection (the
+        memory rules read, then write, which the writer's pipelined batches cannot hold):
+        the thread rows locked in id order as the writer does, ``dormant_commit_slice``,
+        the memory rows, the wake-up hints. A deadlock re-runs it whole."""
+        memory = self.memory_rows()
+        writes = plan.memory
+        assert writes is not None
+        threads = sorted({plan.thread_id, *(a.thread_id for a in plan.admissions)})
+        hints = [
+            sql.NOTIFY.format(channel=self._channels[name], instance=self._instance)
+            for name, wanted in (("threads", bool(plan.admissions)), ("outbox", bool(plan.calls)))
+            if wanted
+        ]
+        encoded = encode(msgspec.structs.replace(plan, memory=None))
+
+        async def job(c: Conn) -> None:
+            await c.execute(sql.SET_LOCAL_LOCK_TIMEOUT.format(ms=int(self.lock_timeout_s * 1000)).encode())
+            await c.execute(sql.LOCK_THREADS, (threads, []))
+            await c.execute(sql.COMMIT_SLICE, (encoded, keys, now))
+            await memory.in_commit(c, writes)
+            if hints:
+                await c.execute(f"SELECT {', '.join(hints)}".encode())
+
+        await memory.rows.transaction(job)
 
     async def store_counts(self, counts: Sequence[tuple[str, int, int]]) -> None:
         """Write back token counts made on read (one statement, in the next batch)."""

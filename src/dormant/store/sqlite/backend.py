@@ -449,7 +449,16 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         size += sum(len(c.value or "") for c in plan.state)
         if plan.summary is not None:
             size += len(plan.summary.content)
-        await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
+        if plan.memory is None:
+            await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
+            return
+        memory = self.memory_rows().in_commit(plan.memory)
+
+        def job(conn: Conn) -> None:
+            jobs.apply_plan(conn, plan, now)
+            memory(conn)  # the slice's memories, in the same transaction (after the lease check)
+
+        await self._write(job, size + plan.memory.size)
 
     async def store_counts(self, counts: Sequence[tuple[str, int, int]]) -> None:
         """Write back token counts made on read (one statement, in the next batch)."""
