@@ -11,9 +11,11 @@ failed slice leaves no memory behind and a committed one loses none. The short-t
 register is the thread's state journal (:mod:`dormant.registers`), which commits in
 the same transaction.
 
-The registers are read from a bounded cache (entries and bytes) that is valid while
-the thread's ``last_seq`` matches, and updated from each committed plan; only a miss
-(another process wrote the thread, or it was evicted) replays the journal.
+The registers are the thread's journal state, read from its row with the slice's load
+(``SliceLoad.state``) at no extra query, and written back on the row by the slice's
+commit (``CommitPlan.state_json``, same transaction as the change records); only a row
+that does not carry it (over its bound, or last written before rows carried it)
+replays the journal.
 
 An agent without a subject never reaches this module: no recall, no reads, no cost.
 """
@@ -35,6 +37,7 @@ from .facts import Fact
 from .memory.core import HYBRID, RecallMode
 from .memory.records import MemoryKind, NewMemory, Recall
 from .records import CommitPlan, SliceLoad
+from .store.rows import state_row
 from .store.tenancy import tenant_of
 from .subject import SubjectOptions
 
@@ -155,44 +158,11 @@ class Prepared:
                     tags["key"] = fact.key
                 kind = _KINDS.get(fact.kind, "fact")
                 self.handle.remember(fact.text, tags=tags, kind=kind, importance=fact.importance)
-        return msgspec.structs.replace(plan, state=changes)
-
-
-class RegisterCache:
-    """Threads' journal state, valid while their ``last_seq`` matches: bounded by
-    entries and bytes (least recently used goes first)."""
-
-    def __init__(self, max_entries: int = 4096, max_bytes: int = 4 * 1024 * 1024) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.hits = self.misses = 0
-        self._items: OrderedDict[str, tuple[int, dict[str, str], int]] = OrderedDict()
-
-    def get(self, thread_id: str, last_seq: int) -> dict[str, str] | None:
-        item = self._items.get(thread_id)
-        if item is None or item[0] != last_seq:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._items.move_to_end(thread_id)
-        return dict(item[1])
-
-    def put(self, thread_id: str, last_seq: int, state: dict[str, str]) -> None:
-        self.discard(thread_id)
-        size = 64 + sum(len(k) + len(v) + 64 for k, v in state.items())
-        if size > self.max_bytes // 8:
-            return  # too big to be worth caching
-        self._items[thread_id] = (last_seq, dict(state), size)
-        self.bytes += size
-        while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
-            _, (_, _, dropped) = self._items.popitem(last=False)
-            self.bytes -= dropped
-
-    def discard(self, thread_id: str) -> None:
-        item = self._items.pop(thread_id, None)
-        if item is not None:
-            self.bytes -= item[2]
+        after = dict(self.state)
+        for change in changes:
+            journal.apply(after, change)
+        state_json, subject = state_row(after)
+        return msgspec.structs.replace(plan, state=changes, state_json=state_json, subject=subject)
 
 
 class LoopMemory:
@@ -202,7 +172,6 @@ class LoopMemory:
         self.store = store
         self._memory = memory
         self._tenants: OrderedDict[str, Memory] = OrderedDict()
-        self.cache = RegisterCache()
         #: an observer of each prepared slice (benchmarks grade what prompts showed)
         self.on_prepared: Callable[[str, Prepared], None] | None = None
 
@@ -221,13 +190,12 @@ class LoopMemory:
         return memory
 
     async def state(self, load: SliceLoad) -> dict[str, str]:
-        """The thread's journal state: cached, else replayed from the journal."""
-        thread = load.thread
-        state = self.cache.get(thread.id, thread.last_seq)
-        if state is None:
-            state = dict((await self.store.journal.recover(thread.id)).state)
-            self.cache.put(thread.id, thread.last_seq, state)
-        return state
+        """The thread's journal state: from its row, read with the load; replayed from the
+        journal only when the row does not carry it (over its bound, or a thread last
+        written before rows carried it: its next commit writes it)."""
+        if load.state is not None:
+            return dict(load.state)
+        return dict((await self.store.journal.recover(load.thread.id)).state)
 
     async def prepare(
         self, load: SliceLoad, options: SubjectOptions, budgets: tuple[int, int], agent: str
@@ -308,14 +276,6 @@ class LoopMemory:
             core.prepare_writes, tenant, adds, forgets, actor=f"thread:{plan.thread_id}"
         )
         return msgspec.structs.replace(plan, memory=writes), dropped
-
-    def committed(self, prepared: Prepared, plan: CommitPlan, last_seq: int) -> None:
-        """Once ``plan`` committed (the thread now at ``last_seq``): cache the thread's new
-        journal state (the slice held the lease: nobody else changed it)."""
-        state = dict(prepared.state)
-        for change in plan.state:
-            journal.apply(state, change)
-        self.cache.put(plan.thread_id, last_seq, state)
 
 
 async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:

@@ -302,8 +302,6 @@ class SliceRunner:
             plan, dropped = await self.loop_memory.seal(prepared, plan)
             self.stats.memories_dropped += dropped
         await self.store.commit_slice(plan if counter is None else counted(plan, counter))
-        if prepared is not None and self.loop_memory is not None:
-            self.loop_memory.committed(prepared, plan, load.thread.last_seq + len(plan.messages))
 
     async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
         """One model call under the model timeout; the reply cleaned. A ``live`` one (a

@@ -69,8 +69,9 @@ class SliceReader(Protocol):
 
     async def slice_rows(
         self, claim: Claim, max_inputs: int, max_bytes: int
-    ) -> tuple[Thread, list[Input]] | None:
-        """The claimed thread's row and its ready inputs, admission order, at most
+    ) -> tuple[Thread, list[Input], str | None] | None:
+        """The claimed thread's row, its ``state`` column (JSON text, None: not carried)
+        and its ready inputs, admission order, at most
         ``max_inputs`` of them (ready: ``not_before <= now`` and, while the thread awaits
         results, only ``tool_result`` inputs). None if the thread does not exist.
 

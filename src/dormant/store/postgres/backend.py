@@ -40,7 +40,7 @@ from ...records import (
 from ...urls import redact, scrub
 from ..backend import BackendDefaults
 from ..core import result_input
-from ..rows import row_entry, row_key, row_live_key, row_tenant, row_thread
+from ..rows import row_entry, row_key, row_live_key, row_tenant, row_thread, state_row
 from . import sql
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
@@ -327,6 +327,7 @@ class PostgresBackend(BackendDefaults):
                 "keys": [k for k, _ in items],
                 "values": [v for _, v in items],
             }
+            params["state"], params["subject"] = state_row(state)
             size = sum(len(k) + len(v) for k, v in items) + 256
             made: Thread | None = await self._write(
                 Job(sql.CREATE_THREAD_STATE, params, lambda rows, _: row_thread(rows[0]) if rows else None),

@@ -47,7 +47,7 @@ from ...records import (
 )
 from .. import fairness
 from ..backend import BackendDefaults
-from ..rows import row_entry, row_message, row_thread
+from ..rows import row_entry, row_message, row_thread, state_row
 from . import jobs, journal_sql, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
@@ -365,9 +365,12 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
             for n, (k, v) in enumerate(sorted((state or {}).items()), 1)
         ]
 
+        row = state_row(state) if state else None
+
         def job(conn: Conn) -> Thread | None:
-            if jobs.insert_thread(conn, thread_id, agent, now) and changes:
+            if jobs.insert_thread(conn, thread_id, agent, now) and row is not None:
                 conn.executemany(journal_sql.INSERT_CHANGE, changes)
+                conn.execute(sql.SET_THREAD_STATE, (*row, thread_id))
             return jobs.get_thread(conn, thread_id)
 
         result: Thread = await self._write(job, 256 + sum(len(k) + len(v) for k, v in (state or {}).items()))
