@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import journal, registers, sections
+from . import journal, registers, sections, state_events
 from .errors import InvalidInput
 from .facts import Fact
 from .memory.core import HYBRID, RecallMode
 from .memory.records import MemoryKind, NewMemory, Recall
-from .records import CommitPlan, SliceLoad
+from .records import CommitPlan, NewInput, SliceLoad
 from .store.rows import state_row
 from .store.tenancy import tenant_of
 from .subject import SubjectOptions
@@ -80,6 +80,8 @@ class SubjectMemory:
     memory: Memory
     adds: list[NewMemory] = field(default_factory=list)
     forgets: list[tuple[str, str]] = field(default_factory=list)
+    #: long-term register changes, ``(key, JSON value or None)``: fanned out at commit
+    changes: list[tuple[str, str | None]] = field(default_factory=list)
 
     async def recall(
         self, query: str, *, tags: Mapping[str, str | int | float | bool] | None = None, k: int = 5
@@ -119,6 +121,7 @@ class SubjectMemory:
 
     def set_profile(self, key: str, value_json: str | None) -> None:
         """Queue a long-term register write (``None``: clear the key)."""
+        self.changes.append((key, value_json))
         text = f"{key}: {value_json}" if value_json is not None else f"{key}: (cleared)"
         self.remember(text, tags={"key": LSR_KEY_PREFIX + key, LSR_TAG: key}, kind="profile", importance=0.7)
 
@@ -275,7 +278,31 @@ class LoopMemory:
         writes = await asyncio.to_thread(
             core.prepare_writes, tenant, adds, forgets, actor=f"thread:{plan.thread_id}"
         )
-        return msgspec.structs.replace(plan, memory=writes), dropped
+        fanned = await self._fan_out(prepared, plan, handle)
+        admissions = plan.admissions + fanned
+        return msgspec.structs.replace(plan, memory=writes, admissions=admissions), dropped
+
+    async def _fan_out(
+        self, prepared: Prepared, plan: CommitPlan, handle: SubjectMemory
+    ) -> tuple[NewInput, ...]:
+        """The slice's long-term register changes as ``event`` inputs of the subject's
+        other open threads (:mod:`dormant.state_events`), admitted by its own commit."""
+        options = prepared.options
+        if not handle.changes or not options.fan_out:
+            return ()
+        targets = await self.store.subject_threads(
+            plan.thread_id, handle.subject, limit=state_events.MAX_FANOUT
+        )
+        if not targets:
+            return ()
+        commit = plan.messages[0].seq if plan.messages else 0
+        return state_events.events(
+            handle.changes,
+            source=plan.thread_id,
+            commit=commit,
+            targets=targets,
+            priorities=options.priorities,
+        )
 
 
 async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from dormant.registers import SUBJECT_KEY
 from dormant.store.base import Store
 from dormant.store.rows import MAX_ROW_STATE_BYTES, state_row
 from tests.contract.support import plan, take, user
+from tests.helpers import FakeClock
 
 ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
 
@@ -104,3 +105,27 @@ async def test_a_state_over_the_row_bound_is_not_carried(store: Store) -> None:
         await store.commit_slice(too_big)
     with pytest.raises(UsageError):
         await store.commit_slice(msgspec.structs.replace(plan(c, load), subject="not a binding key"))
+
+
+async def test_a_subjects_other_active_threads_are_found_by_the_row(store: Store, clock: FakeClock) -> None:
+    subject = msgspec.json.encode(ALICE).decode()
+    bob = bind({"phone": "+15550100", "device": "bob-tablet"})
+    for n in range(4):
+        clock.advance(1)
+        await store.create_thread(f"t{n}", "a", state={SUBJECT_KEY: subject})
+    await store.create_thread("other", "a", state={SUBJECT_KEY: msgspec.json.encode(bob).decode()})
+    # a slice's commit sets the subject of a thread created without one
+    await store.admit([user("late", "k1")])
+    c, load = await take(store, "late")
+    await store.commit_slice(msgspec.structs.replace(plan(c, load), subject=ALICE))
+    assert await store.subject_threads("t0", ALICE) == ["late", "t3", "t2", "t1"], "newest first, not t0"
+    assert await store.subject_threads("t0", ALICE, limit=2) == ["late", "t3"]
+    assert await store.subject_threads("t0", bob) == ["other"]
+    # a failed thread is not open; another tenant's threads are never found
+    await store.admit([user("t3", "k2")])
+    c, _ = await take(store, "t3")
+    await store.release(c, error="boom", fail=True)
+    assert await store.subject_threads("t0", ALICE) == ["late", "t2", "t1"]
+    assert await store.subject_threads("t00000000a002/x", ALICE) == []
+    with pytest.raises(UsageError):
+        await store.subject_threads("t0", ALICE, limit=0)

@@ -291,6 +291,11 @@ class Backend(Protocol):
         """How many runs the thread ended (the sum of its plans' ``runs``); None if missing."""
         ...
 
+    async def subject_threads(self, subject: str, tenant: str, exclude: str, limit: int) -> list[str]:
+        """Ids of ``tenant``'s active threads whose row's subject is ``subject``, but
+        ``exclude``, most recently updated first, at most ``limit``."""
+        ...
+
     async def begin_checkpoint(
         self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str, msg_seq: int = 0
     ) -> JournalEntry:

@@ -381,6 +381,11 @@ ORDER BY seq DESC
 
 # -- the state journal (issue 17.3); change records are written by dormant_commit_slice
 THREAD_RUNS = "SELECT runs FROM threads WHERE id = %s"
+# a tenant's active threads of one subject but one, most recently updated first (threads_subject)
+SUBJECT_THREADS = """
+SELECT id FROM threads WHERE subject = %s AND tenant = %s AND id <> %s AND status = 'active'
+ORDER BY updated_at DESC, id LIMIT %s
+"""
 # A checkpoint header, not recoverable yet, numbered after the journal's newest (the
 # writer locked the thread row first).
 BEGIN_CHECKPOINT = f"""

@@ -126,6 +126,7 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         self.newest_checkpoint = self.journal.newest_checkpoint
         self.checkpoints_after = self.journal.checkpoints_after
         self.thread_runs = self.journal.thread_runs
+        self.subject_threads = self.journal.subject_threads
         self.begin_checkpoint = self.journal.begin_checkpoint
         self.put_checkpoint_parts = self.journal.put_checkpoint_parts
         self.checkpoint_parts = self.journal.checkpoint_parts
