@@ -8,6 +8,8 @@ caps a database at 1 GiB, which the headline benchmark's 20,000 agents x 20 turn
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import time
 from typing import Any
@@ -103,17 +105,29 @@ def load_vector_extension(conn: Any) -> bool:
     """Load sqlite-vec (memory's vector index) into ``conn``; False when it cannot be
     loaded (not installed, or extensions disabled): memory then recalls by text +
     structure and says so."""
+    path = vector_extension_path()
+    if path is None:
+        return False
     try:
-        import sqlite_vec
-
         conn.enable_load_extension(True)
         try:
-            conn.load_extension(sqlite_vec.loadable_path())
+            conn.load_extension(path)
         finally:
             conn.enable_load_extension(False)
         return True
-    except (ImportError, apsw.Error, AttributeError):
+    except (apsw.Error, AttributeError):
         return False
+
+
+@functools.cache
+def vector_extension_path() -> str | None:
+    """Where the ``sqlite-vec`` package keeps its loadable extension (``vec0``, the suffix
+    left to SQLite), found without importing the package: its ``__init__`` imports numpy
+    when installed (~11 MB resident), which a store that never recalls must not pay."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(next(iter(spec.submodule_search_locations)), "vec0")
 
 
 def _enable_wal(conn: Any, busy_timeout_ms: int) -> None:
