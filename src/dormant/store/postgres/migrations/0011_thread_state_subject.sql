@@ -1,10 +1,16 @@
 -- schema 10 -> 11: the thread row carries its journal state and subject (issue 16). A
 -- slice reads its registers with its load instead of replaying the journal; a subject's
 -- other threads are found by an index (state-change fan-out). Threads that have journal
--- rows start with NULL (unknown: replayed) until their next commit writes the state.
+-- rows start with NULL (unknown: replayed) until their next commit writes the state; their
+-- subject is the newest `_subject` change record, when the journal still holds one.
 ALTER TABLE threads ADD COLUMN state text DEFAULT '{}';
 ALTER TABLE threads ADD COLUMN subject text COLLATE "C";
 UPDATE threads SET state = NULL WHERE id IN (SELECT thread_id FROM state_journal);
+UPDATE threads t SET subject = (
+    SELECT j.value::jsonb #>> '{}' FROM state_journal j
+    WHERE j.thread_id = t.id AND j.key = '_subject' AND j.kind IN ('add', 'update')
+    ORDER BY j.seq DESC LIMIT 1)
+WHERE t.id IN (SELECT thread_id FROM state_journal WHERE key = '_subject');
 CREATE INDEX threads_subject ON threads (subject, tenant) WHERE subject IS NOT NULL;
 
 -- Apply a slice's CommitPlan and release the lease, or raise and change nothing.
