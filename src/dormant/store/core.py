@@ -46,11 +46,13 @@ from ..records import (
     TierSizes,
     ViewLimits,
 )
+from ..registers import is_binding_key
 from . import tenancy
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
 from .core_tenants import TenantRules
 from .journal import StateJournal
+from .rows import MAX_ROW_STATE_BYTES, row_state
 from .views import PendingCounts, ViewReads, load_view
 
 if TYPE_CHECKING:
@@ -322,7 +324,7 @@ class StoreCore(TenantRules):
             loaded = await reader.slice_rows(claim, limits.max_inputs, limits.max_input_bytes)
             if loaded is None:
                 raise NotFound(f"no thread {claim.thread_id!r}")
-            thread, inputs = loaded
+            thread, inputs, state = loaded
             cached = self.views.lookup(thread, limits)
             if cached is None:
                 view, summary, inherited, counts, usage = await load_view(
@@ -334,7 +336,13 @@ class StoreCore(TenantRules):
                 view, summary, inherited, usage = cached
         inputs = cut_inputs(shown(inputs), limits.max_input_bytes)
         return SliceLoad(
-            thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited, usage=usage
+            thread=thread,
+            view=view,
+            inputs=tuple(inputs),
+            summary=summary,
+            inherited=inherited,
+            usage=usage,
+            state=row_state(state),
         )
 
     async def commit_slice(self, plan: CommitPlan) -> None:
@@ -345,6 +353,12 @@ class StoreCore(TenantRules):
         validate_changes(plan.state)
         if plan.runs < 0:
             raise UsageError("a plan cannot end a negative number of runs")
+        if plan.state_json is not None and len(plan.state_json) > MAX_ROW_STATE_BYTES:
+            raise UsageError(f"a thread row carries at most {MAX_ROW_STATE_BYTES} bytes of state")
+        if plan.subject is not None and not is_binding_key(plan.subject):
+            raise UsageError(f"the subject of {plan.thread_id!r} is not a binding key")
+        if plan.memory is not None and plan.memory.tenant != tenancy.tenant_of(plan.thread_id):
+            raise UsageError(f"the memory writes of {plan.thread_id!r} are not of its tenant")
         counts = self.pending_counts.take(plan.thread_id)
         try:
             if counts:
