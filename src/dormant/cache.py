@@ -8,6 +8,10 @@ slice, say it is current.
 One cache is created per runtime (from ``Settings.view_cache_bytes``) and handed
 to its store, so the memory governor can read its size and tell it to shrink
 (:meth:`ViewCache.shrink`); nothing in it is ever true only in memory.
+
+Views evicted from RAM go to a second tier on disk (:mod:`dormant.spill`, from
+``Settings.view_spill_bytes``), so a thread that comes back after its view left RAM
+decodes it instead of rebuilding it from the store's rows.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import msgspec
 
 from .context import MESSAGE_OVERHEAD, _extend, summary_bytes, view_usage
 from .records import Message, Summary, Thread, ViewLimits
+from .spill import ViewSpill
 
 
 class CacheStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +36,10 @@ class CacheStats(msgspec.Struct, frozen=True, kw_only=True):
     hits: int
     misses: int
     ghost_bytes: int
+    #: misses served by the spill file (counted in ``misses`` too), and what it holds
+    spill_hits: int = 0
+    spill_entries: int = 0
+    spill_bytes_written: int = 0
 
 
 class _Entry:
@@ -64,6 +73,10 @@ class _Entry:
 #: While the cache is full, one refused re-admission in this many is let in anyway,
 #: so the resident set still turns over (see :meth:`ViewCache.put`).
 ADMIT_EVERY = 16
+#: Views lent to running slices (see ViewCache._lend), at most, and their bytes at most
+#: 1/LENT_SHARE of the cache's budget.
+MAX_LENT = 1024
+LENT_SHARE = 2
 #: RAM an evicted thread's id costs in the cache's memory of evictions, beyond its text.
 GHOST_OVERHEAD = 100
 #: That memory takes at most 1/GHOST_SHARE of the cache's byte budget.
@@ -80,7 +93,7 @@ class ViewCache:
     hitting; a thread never seen before, or not for a while, is always let in.
     """
 
-    def __init__(self, max_bytes: int, max_entries: int = 100_000) -> None:
+    def __init__(self, max_bytes: int, max_entries: int = 100_000, spill_bytes: int = 0) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.bytes = 0
@@ -92,6 +105,11 @@ class ViewCache:
         # charged; bounded by entries and bytes (see _evicted)
         self._ghosts: OrderedDict[str, None] = OrderedDict()
         self.ghost_bytes = 0
+        #: the second tier: views evicted from RAM, on disk (off when ``spill_bytes`` is 0)
+        self.spill = ViewSpill(spill_bytes, max_entries)
+        # views scan resistance kept out of RAM, lent to the slices running on them
+        self._lent: OrderedDict[str, _Entry] = OrderedDict()
+        self.lent_bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -106,20 +124,28 @@ class ViewCache:
     def lookup(
         self, thread: Thread, limits: ViewLimits
     ) -> tuple[tuple[Message, ...], Summary | None, int, tuple[int, int]] | None:
-        """:meth:`get`, plus the view's :func:`~dormant.context.view_usage`."""
+        """:meth:`get`, plus the view's :func:`~dormant.context.view_usage`. A view not in
+        RAM may be found in the spill file; it then comes back as :meth:`put` would let it."""
         entry = self._entries.get(thread.id)
         if (
-            entry is None
-            or entry.born != thread.created_at
-            or entry.last_seq != thread.last_seq
-            or entry.summary_seq != thread.summary_seq
-            or entry.limits != limits
+            entry is not None
+            and entry.born == thread.created_at
+            and entry.last_seq == thread.last_seq
+            and entry.summary_seq == thread.summary_seq
+            and entry.limits == limits
         ):
-            self.misses += 1
+            self._entries.move_to_end(thread.id)
+            self.hits += 1
+            return entry.view, entry.summary, entry.inherited, entry.usage
+        self.misses += 1
+        if entry is not None or not self.spill.enabled:
             return None
-        self._entries.move_to_end(thread.id)
-        self.hits += 1
-        return entry.view, entry.summary, entry.inherited, entry.usage
+        found = self.spill.get(thread.id, thread.created_at, thread.last_seq, thread.summary_seq, limits)
+        if found is not None:
+            view, summary, inherited, usage = found
+            born, seq, summary_seq = thread.created_at, thread.last_seq, thread.summary_seq
+            self._keep(thread.id, _Entry(born, seq, summary_seq, limits, view, summary, inherited, usage))
+        return found
 
     def put(
         self,
@@ -143,13 +169,37 @@ class ViewCache:
             inherited,
             usage if usage is not None else view_usage(view, limits.counts_tokens),
         )
-        thread_id = thread.id
+        self._keep(thread.id, entry)
+
+    def _keep(self, thread_id: str, entry: _Entry) -> None:
+        """Store ``entry`` in RAM, unless scan resistance refuses it: then, with spilling
+        on, it is lent to the running slice, whose commit writes it to the spill file."""
         if thread_id in self._ghosts and thread_id not in self._entries and self._full(entry.cost):
             self._ghosts.move_to_end(thread_id)
             self.refused += 1
             if self.refused % ADMIT_EVERY:
+                self._lend(thread_id, entry)
                 return
         self._store(thread_id, entry)
+
+    def _lend(self, thread_id: str, entry: _Entry) -> None:
+        """Remember a refused view until its slice commits (:meth:`advance`). The running
+        slice holds the same view, so this costs no RAM of its own while it runs; bounded
+        by entries and bytes, oldest first out, for slices that never commit."""
+        self._drop_lent(thread_id)
+        if not self.spill.enabled:
+            return
+        self._lent[thread_id] = entry
+        self.lent_bytes += entry.cost
+        while self._lent and (len(self._lent) > MAX_LENT or self.lent_bytes > self.max_bytes // LENT_SHARE):
+            _, dropped = self._lent.popitem(last=False)
+            self.lent_bytes -= dropped.cost
+
+    def _drop_lent(self, thread_id: str) -> _Entry | None:
+        entry = self._lent.pop(thread_id, None)
+        if entry is not None:
+            self.lent_bytes -= entry.cost
+        return entry
 
     def _full(self, cost: int) -> bool:
         return self.bytes + cost > self.max_bytes or len(self._entries) >= self.max_entries
@@ -164,15 +214,25 @@ class ViewCache:
         while self.bytes > self.max_bytes or len(self._entries) > self.max_entries:
             evicted, old = self._entries.popitem(last=False)
             self.bytes -= old.cost
-            self._evicted(evicted)
+            self._evicted(evicted, old)
 
-    def _evicted(self, thread_id: str) -> None:
-        """Remember an evicted thread: about as many as the cache holds, twice over,
-        in at most 1/GHOST_SHARE of its byte budget."""
+    def _evicted(self, thread_id: str, entry: _Entry) -> None:
+        """Spill an evicted view, and remember the thread: about as many as the cache
+        holds, twice over, in at most 1/GHOST_SHARE of its byte budget."""
+        self._spill_out(thread_id, entry)
         self._forget_ghost(thread_id)
         self._ghosts[thread_id] = None
         self.ghost_bytes += len(thread_id) + GHOST_OVERHEAD
         self._trim_ghosts()
+
+    def _spill_out(self, thread_id: str, entry: _Entry) -> None:
+        if self.spill.enabled:
+            self.spill.put(
+                thread_id,
+                (entry.born, entry.last_seq, entry.summary_seq, entry.limits, entry.inherited, entry.usage),
+                entry.view,
+                entry.summary,
+            )
 
     def _trim_ghosts(self) -> None:
         most, budget = 2 * len(self._entries) + 64, self.max_bytes // GHOST_SHARE
@@ -188,8 +248,10 @@ class ViewCache:
         """A slice committed ``messages``: extend the cached view, or drop it if stale.
 
         A slice that wrote a summary (``summarized``) changes the view's start: dropped.
+        A view lent to the slice (kept out of RAM) goes, extended, to the spill file.
         """
         entry = self._entries.get(thread_id)
+        lent = entry is None and (entry := self._drop_lent(thread_id)) is not None
         if entry is None or not messages:
             return
         if summarized or messages[0].seq != entry.last_seq + 1:
@@ -197,28 +259,34 @@ class ViewCache:
             return
         view, usage = _extend(entry.view, messages, entry.limits, entry.summary, entry.usage)
         inherited = max(0, entry.inherited - (len(entry.view) + len(messages) - len(view)))
-        self._store(
-            thread_id,
-            _Entry(
-                entry.born,
-                messages[-1].seq,
-                entry.summary_seq,
-                entry.limits,
-                view,
-                entry.summary,
-                inherited,
-                usage,
-            ),
+        extended = _Entry(
+            entry.born,
+            messages[-1].seq,
+            entry.summary_seq,
+            entry.limits,
+            view,
+            entry.summary,
+            inherited,
+            usage,
         )
+        if lent:
+            self._spill_out(thread_id, extended)
+        else:
+            self._store(thread_id, extended)
 
     def discard(self, thread_id: str) -> None:
         """Forget ``thread_id``'s view."""
         entry = self._entries.pop(thread_id, None)
         if entry is not None:
             self.bytes -= entry.cost
+        self._drop_lent(thread_id)
+        self.spill.discard(thread_id)
 
     def clear(self) -> None:
         """Forget everything."""
+        self.spill.clear()
+        self._lent.clear()
+        self.lent_bytes = 0
         self._entries.clear()
         self._ghosts.clear()
         self.bytes = self.ghost_bytes = 0
@@ -233,7 +301,15 @@ class ViewCache:
             hits=self.hits,
             misses=self.misses,
             ghost_bytes=self.ghost_bytes,
+            spill_hits=self.spill.hits,
+            spill_entries=len(self.spill),
+            spill_bytes_written=self.spill.bytes_written,
         )
+
+    def close(self) -> None:
+        """Forget everything and delete the spill file."""
+        self.clear()
+        self.spill.close()
 
     def shrink(self, to_bytes: int) -> int:
         """Evict least recently used views until at most ``to_bytes`` are held; returns
@@ -242,7 +318,7 @@ class ViewCache:
         while self._entries and self.bytes > max(0, to_bytes):
             evicted, old = self._entries.popitem(last=False)
             self.bytes -= old.cost
-            self._evicted(evicted)
+            self._evicted(evicted, old)
         return before - self.bytes
 
     def resize(self, max_bytes: int) -> None:

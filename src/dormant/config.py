@@ -72,6 +72,14 @@ class Settings(BaseModel):
     view_cache_bytes: int = Field(
         32 * 1024 * 1024, ge=0, description="RAM for cached views (0 disables the cache)"
     )
+    view_spill_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=0,
+        description=(
+            "disk (an unnamed scratch file) for views evicted from RAM, so a miss decodes the "
+            "view instead of rebuilding it (0: off)"
+        ),
+    )
     model_timeout_s: float = Field(120.0, gt=0, description="timeout of one model call")
     model_retries: int = Field(5, ge=0, le=100, description="slice failures before a thread fails")
     tool_attempts: int = Field(5, ge=1, le=100, description="attempts of a retryable async tool")

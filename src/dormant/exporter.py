@@ -87,6 +87,8 @@ class Exporter:
         self.cache_budget = gauge("view_cache_budget_bytes", "Byte budget of the view cache now.")
         self.cache_hits = counter("view_cache_hits", "View cache hits.")
         self.cache_misses = counter("view_cache_misses", "View cache misses.")
+        self.spill_hits = counter("view_spill_hits", "View cache misses served by the spill file.")
+        self.spill_entries = gauge("view_spill_entries", "Views kept in the spill file.")
         self.cache_ratio = gauge("view_cache_hit_ratio", "Hits / (hits + misses) since start.")
         self.slice_seconds = Histogram(
             "dormant_slice_seconds", "Latency of a successful slice.", buckets=BUCKETS, registry=r
@@ -175,6 +177,8 @@ class Exporter:
             self.cache_budget.set(c.max_bytes)
             self._count(self.cache_hits, c.hits)
             self._count(self.cache_misses, c.misses)
+            self._count(self.spill_hits, c.spill_hits)
+            self.spill_entries.set(c.spill_entries)
             self.cache_ratio.set(c.hits / (c.hits + c.misses) if c.hits + c.misses else 0.0)
         for name, metric in self.counts.items():
             self._count(metric, getattr(rt.stats, name))

@@ -5,14 +5,17 @@ registers, recalls the subject's top memories for the newest inputs, and renders
 "state" and "memories" sections within the page manager's shares of the budget
 (:mod:`dormant.pages`, :mod:`dormant.sections`). It hands the slice's tools a
 :class:`SubjectMemory`: ``recall`` reads now; ``remember``, ``forget`` and long-term
-state are *queued* and written only once the slice committed
-(:meth:`LoopMemory.after_commit`), so a failed slice leaves no memory behind. The
-short-term register is the thread's state journal (:mod:`dormant.registers`), which
-commits in the slice's own transaction.
+state are *queued*, built and embedded before the commit (:meth:`LoopMemory.seal`) and
+written by the store in the slice's own transaction (``CommitPlan.memory``), so a
+failed slice leaves no memory behind and a committed one loses none. The short-term
+register is the thread's state journal (:mod:`dormant.registers`), which commits in
+the same transaction.
 
-The registers are read from a bounded cache (entries and bytes) that is valid while
-the thread's ``last_seq`` matches, and updated from each committed plan; only a miss
-(another process wrote the thread, or it was evicted) replays the journal.
+The registers are the thread's journal state, read from its row with the slice's load
+(``SliceLoad.state``) at no extra query, and written back on the row by the slice's
+commit (``CommitPlan.state_json``, same transaction as the change records); only a row
+that does not carry it (over its bound, or last written before rows carried it)
+replays the journal.
 
 An agent without a subject never reaches this module: no recall, no reads, no cost.
 """
@@ -28,11 +31,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import journal, registers, sections
+from . import journal, registers, sections, state_events
+from .errors import InvalidInput
 from .facts import Fact
 from .memory.core import HYBRID, RecallMode
 from .memory.records import MemoryKind, NewMemory, Recall
-from .records import CommitPlan, SliceLoad
+from .records import CommitPlan, NewInput, SliceLoad
+from .store.rows import state_row
 from .store.tenancy import tenant_of
 from .subject import SubjectOptions
 
@@ -75,6 +80,8 @@ class SubjectMemory:
     memory: Memory
     adds: list[NewMemory] = field(default_factory=list)
     forgets: list[tuple[str, str]] = field(default_factory=list)
+    #: long-term register changes, ``(key, JSON value or None)``: fanned out at commit
+    changes: list[tuple[str, str | None]] = field(default_factory=list)
 
     async def recall(
         self, query: str, *, tags: Mapping[str, str | int | float | bool] | None = None, k: int = 5
@@ -114,6 +121,7 @@ class SubjectMemory:
 
     def set_profile(self, key: str, value_json: str | None) -> None:
         """Queue a long-term register write (``None``: clear the key)."""
+        self.changes.append((key, value_json))
         text = f"{key}: {value_json}" if value_json is not None else f"{key}: (cleared)"
         self.remember(text, tags={"key": LSR_KEY_PREFIX + key, LSR_TAG: key}, kind="profile", importance=0.7)
 
@@ -153,44 +161,11 @@ class Prepared:
                     tags["key"] = fact.key
                 kind = _KINDS.get(fact.kind, "fact")
                 self.handle.remember(fact.text, tags=tags, kind=kind, importance=fact.importance)
-        return msgspec.structs.replace(plan, state=changes)
-
-
-class RegisterCache:
-    """Threads' journal state, valid while their ``last_seq`` matches: bounded by
-    entries and bytes (least recently used goes first)."""
-
-    def __init__(self, max_entries: int = 4096, max_bytes: int = 4 * 1024 * 1024) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.hits = self.misses = 0
-        self._items: OrderedDict[str, tuple[int, dict[str, str], int]] = OrderedDict()
-
-    def get(self, thread_id: str, last_seq: int) -> dict[str, str] | None:
-        item = self._items.get(thread_id)
-        if item is None or item[0] != last_seq:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._items.move_to_end(thread_id)
-        return dict(item[1])
-
-    def put(self, thread_id: str, last_seq: int, state: dict[str, str]) -> None:
-        self.discard(thread_id)
-        size = 64 + sum(len(k) + len(v) + 64 for k, v in state.items())
-        if size > self.max_bytes // 8:
-            return  # too big to be worth caching
-        self._items[thread_id] = (last_seq, dict(state), size)
-        self.bytes += size
-        while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
-            _, (_, _, dropped) = self._items.popitem(last=False)
-            self.bytes -= dropped
-
-    def discard(self, thread_id: str) -> None:
-        item = self._items.pop(thread_id, None)
-        if item is not None:
-            self.bytes -= item[2]
+        after = dict(self.state)
+        for change in changes:
+            journal.apply(after, change)
+        state_json, subject = state_row(after)
+        return msgspec.structs.replace(plan, state=changes, state_json=state_json, subject=subject)
 
 
 class LoopMemory:
@@ -200,7 +175,6 @@ class LoopMemory:
         self.store = store
         self._memory = memory
         self._tenants: OrderedDict[str, Memory] = OrderedDict()
-        self.cache = RegisterCache()
         #: an observer of each prepared slice (benchmarks grade what prompts showed)
         self.on_prepared: Callable[[str, Prepared], None] | None = None
 
@@ -219,13 +193,12 @@ class LoopMemory:
         return memory
 
     async def state(self, load: SliceLoad) -> dict[str, str]:
-        """The thread's journal state: cached, else replayed from the journal."""
-        thread = load.thread
-        state = self.cache.get(thread.id, thread.last_seq)
-        if state is None:
-            state = dict((await self.store.journal.recover(thread.id)).state)
-            self.cache.put(thread.id, thread.last_seq, state)
-        return state
+        """The thread's journal state: from its row, read with the load; replayed from the
+        journal only when the row does not carry it (over its bound, or a thread last
+        written before rows carried it: its next commit writes it)."""
+        if load.state is not None:
+            return dict(load.state)
+        return dict((await self.store.journal.recover(load.thread.id)).state)
 
     async def prepare(
         self, load: SliceLoad, options: SubjectOptions, budgets: tuple[int, int], agent: str
@@ -279,35 +252,57 @@ class LoopMemory:
             self.on_prepared(load.thread.id, prepared)
         return prepared
 
-    async def after_commit(self, prepared: Prepared, plan: CommitPlan, last_seq: int) -> int:
-        """Once ``plan`` committed (the thread now at ``last_seq``): cache the thread's
-        new journal state (the slice held the lease: nobody else changed it), then
-        write the queued memories; how many writes failed. A failed write is logged as
-        an error and counted, not raised: the slice is already durable (messages and
-        registers), and the memories it meant are what is lost."""
-        state = dict(prepared.state)
-        for change in plan.state:
-            journal.apply(state, change)
-        self.cache.put(plan.thread_id, last_seq, state)
+    async def seal(self, prepared: Prepared, plan: CommitPlan) -> tuple[CommitPlan, int]:
+        """``plan`` with the slice's queued memory writes (``remember``, ``forget``, the
+        long-term register, the compaction's facts) built, validated and embedded, off
+        the event loop, so the store writes them in the plan's own transaction: a slice
+        that fails leaves no memory behind, one that commits loses none. A queued memory
+        the rules refuse (:class:`~dormant.errors.InvalidInput`) is dropped alone and
+        logged; the slice goes on. Returns the plan and how many were dropped."""
         handle = prepared.handle
         if handle is None or (not handle.adds and not handle.forgets):
-            return 0
-        actor = f"thread:{plan.thread_id}"
-        failed = 0
+            return plan, 0
         memory = handle.memory
-        if handle.adds:
+        core, tenant = memory.core, memory.tenant
+        adds: list[NewMemory] = []
+        dropped = 0
+        for new in handle.adds:
             try:
-                await memory.add_many(handle.adds, actor=actor)
-            except Exception as exc:
-                failed += len(handle.adds)
-                _failed(plan.thread_id, exc)
-        for record_id, reason in handle.forgets:
-            try:
-                await memory.forget([handle.subject], record_id, reason=reason, actor=actor)
-            except Exception as exc:
-                failed += 1
-                _failed(plan.thread_id, exc)
-        return failed
+                core.build(tenant, new, 0.0)
+            except InvalidInput as exc:
+                dropped += 1
+                _dropped(plan.thread_id, exc)
+                continue
+            adds.append(new)
+        forgets = [((handle.subject,), record_id, reason) for record_id, reason in handle.forgets]
+        writes = await asyncio.to_thread(
+            core.prepare_writes, tenant, adds, forgets, actor=f"thread:{plan.thread_id}"
+        )
+        fanned = await self._fan_out(prepared, plan, handle)
+        admissions = plan.admissions + fanned
+        return msgspec.structs.replace(plan, memory=writes, admissions=admissions), dropped
+
+    async def _fan_out(
+        self, prepared: Prepared, plan: CommitPlan, handle: SubjectMemory
+    ) -> tuple[NewInput, ...]:
+        """The slice's long-term register changes as ``event`` inputs of the subject's
+        other open threads (:mod:`dormant.state_events`), admitted by its own commit."""
+        options = prepared.options
+        if not handle.changes or not options.fan_out:
+            return ()
+        targets = await self.store.subject_threads(
+            plan.thread_id, handle.subject, limit=state_events.MAX_FANOUT
+        )
+        if not targets:
+            return ()
+        commit = plan.messages[0].seq if plan.messages else 0
+        return state_events.events(
+            handle.changes,
+            source=plan.thread_id,
+            commit=commit,
+            targets=targets,
+            priorities=options.priorities,
+        )
 
 
 async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:
@@ -328,8 +323,8 @@ async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:
     return out
 
 
-def _failed(thread_id: str, exc: Exception) -> None:
+def _dropped(thread_id: str, exc: Exception) -> None:
     error = f"{type(exc).__name__}: {exc}"
-    log.error(
-        "memory_write_failed thread=%s: %s", thread_id, error, extra={"thread_id": thread_id, "error": error}
+    log.warning(
+        "memory_write_dropped thread=%s: %s", thread_id, error, extra={"thread_id": thread_id, "error": error}
     )

@@ -65,7 +65,7 @@ class RuntimeStats:
     compactions: int = 0
     compaction_failures: int = 0
     facts_found: int = 0  # memories a compaction extracted or moved out (issue 16)
-    memory_write_failures: int = 0  # memories a committed slice meant but could not write
+    memories_dropped: int = 0  # memories a slice meant that the memory rules refused
     context_overflows: int = 0  # slices retried once with a smaller view (issue 14)
     inline_calls: int = 0
     slice_failures: int = 0

@@ -8,9 +8,12 @@ their boundary; nothing passes ``dict[str, Any]`` around.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 import msgspec
+
+if TYPE_CHECKING:
+    from .memory.backend import MemoryWrites
 
 T = TypeVar("T")
 
@@ -267,6 +270,10 @@ class SliceLoad(msgspec.Struct, frozen=True, kw_only=True):
     #: (tokens, bytes) ``view`` weighs against the budget (:func:`dormant.context.view_usage`)
     #: when the loader knew them, so a slice need not add them up again; None: not known
     usage: tuple[int, int] | None = None
+    #: the thread's state journal replayed (key -> JSON value), read from its row with
+    #: the load at no extra query; None: not on the row (over its bound, or written before
+    #: the row carried it): replay the journal (:meth:`StateJournal.recover`)
+    state: dict[str, str] | None = None
 
 
 class NewCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -354,6 +361,17 @@ class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     state: tuple[StateChange, ...] = ()
     #: runs this slice ends (an agent-declared unit; by default one per user turn)
     runs: int = 0
+    #: the thread's whole journal state once ``state`` is applied, as JSON text (a
+    #: :func:`dormant.store.rows.state_row`), stored on the thread row for the next load;
+    #: None: not known to the slice (then a plan with ``state`` changes clears the row's)
+    state_json: str | None = None
+    #: the thread's subject (a binding key), stored on its row when not None: how a
+    #: subject's other threads are found (:meth:`Store.subject_threads`)
+    subject: str | None = None
+    #: long-term memory writes (``remember``, ``forget``, the long-term register, the
+    #: facts of a compaction), built and embedded before the commit and written in the
+    #: same transaction; never encoded (a store writes them as rows)
+    memory: MemoryWrites | None = None
 
 
 class OutboxEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -297,12 +297,11 @@ class SliceRunner:
             if inline:
                 turn.on_results([await self._inline(call, load.thread, agent, handle) for call in inline])
         plan = turn.plan()
-        if prepared is not None:
-            plan = prepared.finish(plan, found)  # registers in this transaction; memories queued
-        await self.store.commit_slice(plan if counter is None else counted(plan, counter))
         if prepared is not None and self.loop_memory is not None:
-            last_seq = load.thread.last_seq + len(plan.messages)
-            self.stats.memory_write_failures += await self.loop_memory.after_commit(prepared, plan, last_seq)
+            plan = prepared.finish(plan, found)  # registers and memories: in this transaction
+            plan, dropped = await self.loop_memory.seal(prepared, plan)
+            self.stats.memories_dropped += dropped
+        await self.store.commit_slice(plan if counter is None else counted(plan, counter))
 
     async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
         """One model call under the model timeout; the reply cleaned. A ``live`` one (a

@@ -10,10 +10,13 @@ this and pays nothing for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from .errors import UsageError
+from .records import Priority
+from .state_events import DEFAULT_PRIORITIES
 
 __all__ = ["DEFAULT_TSR_TURNS", "SubjectOptions"]
 
@@ -35,6 +38,10 @@ class SubjectOptions:
     (no query embedding, no vector search): measured ~1.7 ms against ~12 ms p50 at
     100,000 memories on SQLite with the hashing embedder (BENCHMARKS.md), at some
     cost in recall of paraphrases. The ``recall`` tool always runs hybrid.
+    ``fan_out`` tells the subject's other open threads of each long-term register
+    change, as an ``event`` input with the priority ``priorities`` gives the key's class
+    (default :data:`dormant.state_events.DEFAULT_PRIORITIES`: complaints, refunds and
+    account freezes P0; orders, coupons and addresses P1; browsing P2), so P0 goes first.
     """
 
     identity: tuple[str, ...] = ("phone", "device")
@@ -43,6 +50,8 @@ class SubjectOptions:
     recall_k: int = 5
     recall_vectors: bool = True
     tsr_turns: int = DEFAULT_TSR_TURNS
+    fan_out: bool = True
+    priorities: Mapping[str, Priority] = field(default_factory=lambda: dict(DEFAULT_PRIORITIES), hash=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.recall_k <= 50:
@@ -50,3 +59,8 @@ class SubjectOptions:
         if not 1 <= self.tsr_turns <= 100:
             raise UsageError("tsr_turns must be within 1..100")
         object.__setattr__(self, "long_term", frozenset(self.long_term))
+        try:
+            priorities = {str(k): Priority(v) for k, v in self.priorities.items()}
+        except ValueError as exc:
+            raise UsageError(f"priorities map state keys to P0, P1 or P2: {exc}") from None
+        object.__setattr__(self, "priorities", priorities)

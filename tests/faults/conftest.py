@@ -28,8 +28,12 @@ class Workers:
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """Start one worker with ``args``; its stdout and stderr are captured."""
+        return self.start_module("tests.faults.worker", *args)
+
+    def start_module(self, module: str, *args: str) -> subprocess.Popen[str]:
+        """Start ``python -m module args``; its stdout and stderr are captured."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.worker", *args],
+            [sys.executable, "-m", module, *args],
             cwd=REPO,
             env=worker_env(),
             stdout=subprocess.PIPE,

@@ -9,12 +9,15 @@ import json
 from itertools import count
 from pathlib import Path
 
+import pytest
+
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, compaction, tool
 from dormant.errors import ModelError
 from dormant.facts import MARKER
 from dormant.memory import HashingEmbedder
 from dormant.pages import PagePolicy
 from dormant.sections import MEMORIES_HEADER, STATE_HEADER
+from dormant.store.journal import Recovered, StateJournal
 from dormant.subject import SubjectOptions
 from tests.integration.conftest import fast_settings
 
@@ -118,6 +121,27 @@ async def test_a_failed_slice_leaves_no_memory_and_registers_commit_with_the_sli
             await say(rt, "u", f"small talk {n}", "ios-1")
         assert "ORD-7892" not in shown(script.requests[-1]), "three turns later the anchor is gone"
         assert (await rt.registers("u"))["short_term"] == {}
+
+
+async def test_slices_read_the_registers_from_their_load_never_from_a_replay(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = Script()
+    replays: list[str] = []
+    recover = StateJournal.recover
+
+    async def counted(self: StateJournal, thread_id: str) -> Recovered:
+        replays.append(thread_id)
+        return await recover(self, thread_id)
+
+    monkeypatch.setattr(StateJournal, "recover", counted)
+    async with Runtime(
+        store_url, [agent(script)], settings=fast_settings(), memory_embedder=HashingEmbedder(64)
+    ) as rt:
+        await say(rt, "u", "order ORD-7892", "ios-1")
+        await say(rt, "u", "and what about it", "ios-1")
+        assert "ORD-7892" in shown(script.requests[-1])
+        assert replays == [], "the thread row carried the registers"
 
 
 async def test_an_agent_without_a_subject_never_touches_memory() -> None:

@@ -2,7 +2,8 @@
 slices that fail after their tools set state (the retried slice sets other values),
 and runtimes reopened at random points (the register cache lost). After each step the
 register read back, and the one the next prompt shows, equal the replay of the
-committed journal — and a value only a failed slice set never appears."""
+committed journal — and a value only a failed slice set never appears. The thread
+row's state column (what the next slice loads) equals that replay too."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, Too
 from dormant.errors import ModelError
 from dormant.memory import HashingEmbedder
 from dormant.subject import SubjectOptions
+from tests.faults.test_journal_crashes import row_state_of
 from tests.integration.conftest import fast_settings
 
 IDENTITY = {"phone": "+1 555 0199", "device": "d1"}
@@ -84,6 +86,11 @@ async def scenario(url: str, steps: list[tuple[list[tuple[str, str]], bool, bool
             got = (await rt.registers("t"))["short_term"]
             assert got == {k: v for k, (v, _) in expected.items()}, (turn, got, expected)
             assert "CRASH" not in json.dumps(await rt.state("t")), "a failed slice left state behind"
+            # the thread row carries the state, equal to the replay (the next load reads it)
+            assert (
+                row_state_of(url.removeprefix("sqlite:///"), "t")
+                == (await rt.store.journal.recover("t")).state
+            )
             if reopen:
                 await rt.close()
                 rt = Runtime(

@@ -151,3 +151,34 @@ async def test_workers_opening_a_new_database_at_once_create_it_once(pg_url: str
 async def test_a_search_path_without_an_existing_schema_is_a_usage_error(pg: PgServer) -> None:
     with pytest.raises(UsageError, match="CREATE SCHEMA"):
         await opened(with_schema(pg.url, "no_such_schema"))
+
+
+async def test_schema_11_leaves_journaled_threads_to_a_replay_and_finds_their_subject(pg: PgServer) -> None:
+    """Migrating to schema 11: a thread with a state journal gets no state on its row
+    (NULL: replayed), a thread without one the empty state; the subject comes from the
+    newest ``_subject`` change."""
+    old = pg.fresh_url("old")
+    raw(old, (SNAPSHOTS / "v10.sql").read_text())
+    raw(old, "INSERT INTO schema_version (version) VALUES (10)")
+    for thread in ("journaled", "plain", "also"):
+        raw(old, "INSERT INTO threads (id, agent, created_at, updated_at) VALUES (%s, 'a', 1, 1)", (thread,))
+    changes = [
+        ("journaled", 1, "add", "_subject", '"b1_old"'),
+        ("journaled", 2, "update", "_subject", '"b1_new"'),
+        ("journaled", 3, "add", "tsr:order_id", '{"v": "ORD-1", "turn": 1}'),
+        ("also", 1, "add", "_subject", '"b1_new"'),
+    ]
+    for change in changes:
+        raw(
+            old,
+            "INSERT INTO state_journal (thread_id, seq, kind, key, value, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, 1)",
+            change,
+        )
+    store = await opened(old)
+    try:
+        assert await store.subject_threads("also", "b1_new") == ["journaled"]
+        assert await store.subject_threads("journaled", "b1_old") == []
+    finally:
+        await store.close()
+    assert dict(raw(old, "SELECT id, state FROM threads")) == {"journaled": None, "plain": "{}", "also": None}

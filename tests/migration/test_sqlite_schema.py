@@ -297,3 +297,40 @@ async def test_a_file_that_is_not_a_database_is_a_schema_error(tmp_path: Path) -
     with pytest.raises(SchemaError):
         await store.open()
     await store.close()
+
+
+async def test_schema_9_leaves_journaled_threads_to_a_replay_and_finds_their_subject(tmp_path: Path) -> None:
+    """Migrating to schema 9: a thread with a state journal gets no state on its row
+    (NULL: the next slice replays the journal, its commit writes the row), a thread
+    without one the empty state; the subject comes from the newest ``_subject`` change."""
+    db = tmp_path / "v8.db"
+    build(db, (SNAPSHOTS / "v8.sql").read_text(), 8)
+    conn = apsw.Connection(str(db))
+    try:
+        for thread in ("journaled", "plain", "also"):
+            conn.execute(
+                "INSERT INTO threads (id, agent, created_at, updated_at) VALUES (?, 'a', 1.0, 1.0)", (thread,)
+            )
+        changes = [
+            ("journaled", 1, "add", "_subject", '"b1_old"'),
+            ("journaled", 2, "update", "_subject", '"b1_new"'),
+            ("journaled", 3, "add", "tsr:order_id", '{"v": "ORD-1", "turn": 1}'),
+            ("also", 1, "add", "_subject", '"b1_new"'),
+        ]
+        for change in changes:
+            conn.execute(
+                "INSERT INTO state_journal (thread_id, seq, kind, key, value, created_at) "
+                "VALUES (?, ?, ?, ?, ?, 1.0)",
+                change,
+            )
+    finally:
+        conn.close()
+    store = SQLiteStore(url(db))
+    await store.open()
+    try:
+        assert await store.subject_threads("also", "b1_new") == ["journaled"]
+        assert await store.subject_threads("journaled", "b1_old") == []
+    finally:
+        await store.close()
+    rows = dict(raw(db, "SELECT id, state FROM threads"))
+    assert rows == {"journaled": None, "plain": "{}", "also": None}

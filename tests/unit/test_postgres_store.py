@@ -57,6 +57,7 @@ def test_store_options_per_backend() -> None:
     assert store_options("memory://", settings) == {  # memory:// is SQLite in memory
         "max_input_bytes": settings.max_input_bytes,
         "view_cache_bytes": settings.view_cache_bytes,
+        "view_spill_bytes": settings.view_spill_bytes,
         "synchronous": "FULL",
     }
 

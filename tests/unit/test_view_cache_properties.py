@@ -4,7 +4,8 @@ A thread's history is committed in random slices. Before each slice its view is
 looked up the way the store core does (:meth:`ViewCache.lookup`); on a miss it is
 built from the store and put; after the slice the cache extends it with the slice's
 messages (:meth:`ViewCache.advance`). Other threads come and go, so entries are
-evicted, refused (scan resistance) and built again. Whatever path a view took, it
+evicted (to the spill file, when it is on), refused (scan resistance: lent to the
+slice, and spilled by its commit) and built again. Whatever path a view took, it
 must be the view a fresh build gives at that point, and the usage the cache hands the
 slice (what the view weighs against the budget) must be that view's.
 """
@@ -36,13 +37,14 @@ def _filler(size: int) -> tuple[Message, ...]:
     cuts=st.lists(st.integers(1, 6), min_size=1, max_size=24),
     crowd=st.lists(st.integers(0, 3), min_size=24, max_size=24),
     entries=st.integers(1, 4),
+    spill=st.booleans(),
 )
 def test_a_cached_view_is_always_the_fresh_view(
-    world: World, limits: ViewLimits, cuts: list[int], crowd: list[int], entries: int
+    world: World, limits: ViewLimits, cuts: list[int], crowd: list[int], entries: int, spill: bool
 ) -> None:
     own = world.own
     floor = world.summary.upto_seq if world.summary and world.summary.thread_id == world.own_id else 0
-    cache = ViewCache(max_bytes=10**9, max_entries=entries)
+    cache = ViewCache(max_bytes=10**9, max_entries=entries, spill_bytes=(1 << 22) if spill else 0)
     k = floor
     hits = 0
     others = 0
@@ -70,3 +72,5 @@ def test_a_cached_view_is_always_the_fresh_view(
         cache.advance(world.own_id, own[k:nxt])
         k = nxt
     event(f"served from the cache: {'some' if hits else 'none'}")
+    event(f"served from the spill file: {'some' if cache.spill.hits else 'none'}")
+    cache.close()

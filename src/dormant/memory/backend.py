@@ -35,6 +35,38 @@ class AddItem:
 
 
 @dataclass(frozen=True, slots=True)
+class Forget:
+    """One record to invalidate: ``keys`` is the scope the core resolved for it."""
+
+    keys: tuple[str, ...]
+    record_id: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryWrites:
+    """A slice's memory writes, ready for its commit (``CommitPlan.memory``): built,
+    validated and embedded by :meth:`MemoryCore.prepare_writes
+    <dormant.memory.core.MemoryCore.prepare_writes>` before the commit, so a store's
+    commit only moves rows (dedup, supersession by ``decide``, history with ``actor``),
+    in the slice's own transaction. A forget of a record that is no longer valid at
+    commit changes nothing (another writer invalidated it first)."""
+
+    tenant: str
+    actor: str
+    adds: tuple[AddItem, ...]
+    forgets: tuple[Forget, ...]
+    decide: Decide
+
+    @property
+    def size(self) -> int:
+        """Bytes it holds, roughly (for write-queue bounds)."""
+        adds = sum(len(i.record.text) + 8 * len(i.vector or ()) + 512 for i in self.adds)
+        return adds + sum(len(f.reason) + 128 for f in self.forgets)
+
+
+@dataclass(frozen=True, slots=True)
 class AddResult:
     """What an add did: the stored record, what it superseded, or the duplicate it merged into."""
 

@@ -25,7 +25,7 @@ from ..errors import InvalidInput, NotFound, UsageError
 from ..store.keys import check_tenant_id
 from ..store.tenancy import tenant_of
 from .access import AccessCounts
-from .backend import AddItem, AddResult, MemoryBackend, RebindMode, Search
+from .backend import AddItem, AddResult, Forget, MemoryBackend, MemoryWrites, RebindMode, Search
 from .binding import bind, check_key, part_hash, part_hashes
 from .dictionary import DEFAULT_PULL_WEIGHT, EMPTY, Dictionary
 from .embedder import Embedder
@@ -204,19 +204,30 @@ class MemoryCore:
             content_hash=content_hash(new.kind, text, tags),
         )
 
-    def add_many(
-        self, tenant: str, news: Sequence[NewMemory], *, actor: str = "system", now: float | None = None
-    ) -> list[AddResult]:
-        """Add records in one transaction: dedup, supersession, history, text and vector index."""
-        if len(news) > MAX_BATCH:
+    def prepare_writes(
+        self,
+        tenant: str,
+        news: Sequence[NewMemory],
+        forgets: Sequence[tuple[Sequence[str], str, str]] = (),
+        *,
+        actor: str = "system",
+        now: float | None = None,
+    ) -> MemoryWrites:
+        """Records built, validated and embedded, and forgets scoped (``(keys, record id,
+        reason)``), ready to be written by :meth:`MemoryBackend.add_many` or in a slice's
+        commit (``CommitPlan.memory``). Blocks (the embedder, the scope reads): call it
+        off the event loop. InvalidInput for a malformed record."""
+        if len(news) > MAX_BATCH or len(forgets) > MAX_BATCH:
             raise InvalidInput(f"at most {MAX_BATCH} memories per call")
         t = time.time() if now is None else now
         records = [self.build(tenant, n, t) for n in news]
-        vecs = self._embed(tenant, [r.text for r in records], pull=self.config.pull_records)
-        items = [
+        vecs = (
+            self._embed(tenant, [r.text for r in records], pull=self.config.pull_records) if records else None
+        )
+        items = tuple(
             AddItem(r, self.config.rules.key_of(r.kind, r.tags), vecs[i] if vecs else None, n.replaces)
             for i, (r, n) in enumerate(zip(records, news, strict=True))
-        ]
+        )
         rules = self.config.rules
         replaces = {i.record.id: i.replaces for i in items if i.replaces}
 
@@ -230,7 +241,18 @@ class MemoryCore:
             )
             return [o.id for o in olds if rules.supersedes(o, probe)]
 
-        return self.backend.add_many(tenant, items, decide, actor)
+        gone = tuple(
+            Forget(tuple(self.scope(tenant, keys)), record_id, reason[:500], t)
+            for keys, record_id, reason in forgets
+        )
+        return MemoryWrites(tenant=tenant, actor=actor, adds=items, forgets=gone, decide=decide)
+
+    def add_many(
+        self, tenant: str, news: Sequence[NewMemory], *, actor: str = "system", now: float | None = None
+    ) -> list[AddResult]:
+        """Add records in one transaction: dedup, supersession, history, text and vector index."""
+        writes = self.prepare_writes(tenant, news, actor=actor, now=now)
+        return self.backend.add_many(tenant, writes.adds, writes.decide, actor)
 
     def add(
         self, tenant: str, new: NewMemory, *, actor: str = "system", now: float | None = None

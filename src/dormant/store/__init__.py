@@ -50,6 +50,7 @@ def store_options(url: str, settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "max_input_bytes": settings.max_input_bytes,
         "view_cache_bytes": settings.view_cache_bytes,
+        "view_spill_bytes": settings.view_spill_bytes,
     }
     if url.startswith(SQLITE_SCHEMES):
         options["synchronous"] = settings.synchronous

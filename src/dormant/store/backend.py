@@ -69,8 +69,9 @@ class SliceReader(Protocol):
 
     async def slice_rows(
         self, claim: Claim, max_inputs: int, max_bytes: int
-    ) -> tuple[Thread, list[Input]] | None:
-        """The claimed thread's row and its ready inputs, admission order, at most
+    ) -> tuple[Thread, list[Input], str | None] | None:
+        """The claimed thread's row, its ``state`` column (JSON text, None: not carried)
+        and its ready inputs, admission order, at most
         ``max_inputs`` of them (ready: ``not_before <= now`` and, while the thread awaits
         results, only ``tool_result`` inputs). None if the thread does not exist.
 
@@ -288,6 +289,11 @@ class Backend(Protocol):
 
     async def thread_runs(self, thread_id: str) -> int | None:
         """How many runs the thread ended (the sum of its plans' ``runs``); None if missing."""
+        ...
+
+    async def subject_threads(self, subject: str, tenant: str, exclude: str, limit: int) -> list[str]:
+        """Ids of ``tenant``'s active threads whose row's subject is ``subject``, but
+        ``exclude``, most recently updated first, at most ``limit``."""
         ...
 
     async def begin_checkpoint(

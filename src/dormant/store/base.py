@@ -309,6 +309,13 @@ class Store(Protocol):
         out of range), InvalidInput (id, state)."""
         ...
 
+    async def subject_threads(
+        self, thread_id: str, subject: str, *, limit: int = 64, tenant: str | None = None
+    ) -> list[str]:
+        """The other active threads of ``thread_id``'s tenant with ``subject`` on their
+        row (a binding key), most recently updated first, at most ``limit``."""
+        ...
+
     async def put_blob(
         self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes], *, tenant: str | None = None
     ) -> BlobRef:

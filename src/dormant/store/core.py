@@ -46,11 +46,13 @@ from ..records import (
     TierSizes,
     ViewLimits,
 )
+from ..registers import is_binding_key
 from . import tenancy
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
 from .core_tenants import TenantRules
 from .journal import StateJournal
+from .rows import MAX_ROW_STATE_BYTES, row_state
 from .views import PendingCounts, ViewReads, load_view
 
 if TYPE_CHECKING:
@@ -64,6 +66,8 @@ RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is ke
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
+#: Disk for views evicted from RAM (:mod:`dormant.spill`).
+DEFAULT_VIEW_SPILL_BYTES = 256 * 1024 * 1024
 #: Most characters of a thread's ``wait_reason`` kept.
 MAX_WAIT_REASON = 1_000
 
@@ -161,9 +165,9 @@ def check_plan(plan: CommitPlan) -> None:
 class StoreCore(TenantRules):
     """The :class:`~dormant.store.base.Store` over one backend.
 
-    ``views`` is the view cache (created from ``view_cache_bytes`` when not handed
-    in); the memory governor reaches it as ``store.views``. ``view_reads`` counts what
-    building views read (benchmarks).
+    ``views`` is the view cache (created from ``view_cache_bytes`` and
+    ``view_spill_bytes`` when not handed in); the memory governor reaches it as
+    ``store.views``. ``view_reads`` counts what building views read (benchmarks).
     """
 
     def __init__(
@@ -172,11 +176,12 @@ class StoreCore(TenantRules):
         *,
         views: ViewCache | None = None,
         view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
+        view_spill_bytes: int = DEFAULT_VIEW_SPILL_BYTES,
         max_input_bytes: int = inbox.DEFAULT_MAX_INPUT_BYTES,
     ) -> None:
         self.backend = backend
         self.url = backend.url
-        self.views = views if views is not None else ViewCache(view_cache_bytes)
+        self.views = views if views is not None else ViewCache(view_cache_bytes, spill_bytes=view_spill_bytes)
         self.max_input_bytes = max_input_bytes
         self.view_reads = ViewReads()
         #: token counts view loads made, written back with their thread's next commit
@@ -193,8 +198,11 @@ class StoreCore(TenantRules):
         await self.backend.open()
 
     async def close(self) -> None:
-        """Flush pending writes and release connections."""
-        await self.backend.close()
+        """Flush pending writes and release connections (and the views' spill file)."""
+        try:
+            await self.backend.close()
+        finally:
+            self.views.spill.close()
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -316,7 +324,7 @@ class StoreCore(TenantRules):
             loaded = await reader.slice_rows(claim, limits.max_inputs, limits.max_input_bytes)
             if loaded is None:
                 raise NotFound(f"no thread {claim.thread_id!r}")
-            thread, inputs = loaded
+            thread, inputs, state = loaded
             cached = self.views.lookup(thread, limits)
             if cached is None:
                 view, summary, inherited, counts, usage = await load_view(
@@ -328,7 +336,13 @@ class StoreCore(TenantRules):
                 view, summary, inherited, usage = cached
         inputs = cut_inputs(shown(inputs), limits.max_input_bytes)
         return SliceLoad(
-            thread=thread, view=view, inputs=tuple(inputs), summary=summary, inherited=inherited, usage=usage
+            thread=thread,
+            view=view,
+            inputs=tuple(inputs),
+            summary=summary,
+            inherited=inherited,
+            usage=usage,
+            state=row_state(state),
         )
 
     async def commit_slice(self, plan: CommitPlan) -> None:
@@ -339,6 +353,12 @@ class StoreCore(TenantRules):
         validate_changes(plan.state)
         if plan.runs < 0:
             raise UsageError("a plan cannot end a negative number of runs")
+        if plan.state_json is not None and len(plan.state_json) > MAX_ROW_STATE_BYTES:
+            raise UsageError(f"a thread row carries at most {MAX_ROW_STATE_BYTES} bytes of state")
+        if plan.subject is not None and not is_binding_key(plan.subject):
+            raise UsageError(f"the subject of {plan.thread_id!r} is not a binding key")
+        if plan.memory is not None and plan.memory.tenant != tenancy.tenant_of(plan.thread_id):
+            raise UsageError(f"the memory writes of {plan.thread_id!r} are not of its tenant")
         counts = self.pending_counts.take(plan.thread_id)
         try:
             if counts:

@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotFound, Unauthenticated, UsageError
 from ..records import ApiKey, Page, Tenant
-from . import keys
+from . import keys, tenancy
 from .base import clamp_limit
 
 if TYPE_CHECKING:
     from .backend import Backend
+
+
+#: Most threads :meth:`TenantRules.subject_threads` returns at once.
+MAX_SUBJECT_THREADS = 1000
 
 
 class TenantRules:
@@ -78,3 +82,13 @@ class TenantRules:
         if not keys.key_matches(salt, digest, secret):
             raise Unauthenticated("invalid API key")
         return tenant
+
+    async def subject_threads(
+        self, thread_id: str, subject: str, *, limit: int = 64, tenant: str | None = None
+    ) -> list[str]:
+        """The other active threads of ``thread_id``'s tenant whose subject is ``subject``
+        (a binding key), most recently updated first, at most ``limit`` (1..1000)."""
+        tenancy.check([thread_id], tenant)
+        if not 1 <= limit <= MAX_SUBJECT_THREADS:
+            raise UsageError(f"limit must be within 1..{MAX_SUBJECT_THREADS}")
+        return await self.backend.subject_threads(subject, tenancy.tenant_of(thread_id), thread_id, limit)

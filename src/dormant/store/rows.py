@@ -6,11 +6,12 @@ each backend still owns the statements around them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
+from .. import registers
 from ..memory.records import MemoryRecord
 from ..records import (
     ApiKey,
@@ -49,6 +50,10 @@ JOURNAL_COLS = (
     "thread_id, seq, kind, key, value, run, upto, parts, size, digest, recoverable, created_at, msg_seq"
 )
 THREAD_WIDTH = THREAD_COLS.count(",") + 1
+#: Largest journal state a thread row carries (JSON bytes); a bigger one is not on the row
+#: (NULL: a slice replays the journal).
+MAX_ROW_STATE_BYTES = 64 * 1024
+_STATE_ROW = msgspec.json.Decoder(dict[str, str])
 #: Tables whose rows belong to a thread (``thread_id``), deleted with it.
 THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries", "state_journal", "state_parts")
 
@@ -269,3 +274,17 @@ def row_tier_sizes(row: Sequence[Any]) -> TierSizes:
         blobs=int(blobs),
         dedup_keys=int(keys),
     )
+
+
+def state_row(state: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The thread row's ``state`` (the journal state as JSON text; None over
+    :data:`MAX_ROW_STATE_BYTES`) and ``subject`` (its register's binding key, if any)."""
+    text = msgspec.json.encode(dict(state)).decode()
+    return (text if len(text) <= MAX_ROW_STATE_BYTES else None), registers.read(state).subject
+
+
+def row_state(text: str | None) -> dict[str, str] | None:
+    """A thread row's ``state`` column as the journal state (None stays None: unknown)."""
+    if text is None:
+        return None
+    return {} if text == "{}" else _STATE_ROW.decode(text)

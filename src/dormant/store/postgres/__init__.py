@@ -8,7 +8,7 @@ from typing import Any
 
 from ... import inbox
 from ...cache import ViewCache
-from ..core import DEFAULT_VIEW_CACHE_BYTES, StoreCore
+from ..core import DEFAULT_VIEW_CACHE_BYTES, DEFAULT_VIEW_SPILL_BYTES, StoreCore
 from .backend import PostgresBackend
 from .schema import SCHEMA_VERSION
 
@@ -25,6 +25,7 @@ class PostgresStore(StoreCore):
         *,
         views: ViewCache | None = None,
         view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
+        view_spill_bytes: int = DEFAULT_VIEW_SPILL_BYTES,
         max_input_bytes: int = inbox.DEFAULT_MAX_INPUT_BYTES,
         **options: Any,
     ) -> None:
@@ -32,6 +33,7 @@ class PostgresStore(StoreCore):
             PostgresBackend(url, **options),
             views=views,
             view_cache_bytes=view_cache_bytes,
+            view_spill_bytes=view_spill_bytes,
             max_input_bytes=max_input_bytes,
         )
 

@@ -40,7 +40,7 @@ from ...records import (
 from ...urls import redact, scrub
 from ..backend import BackendDefaults
 from ..core import result_input
-from ..rows import row_entry, row_key, row_live_key, row_tenant, row_thread
+from ..rows import row_entry, row_key, row_live_key, row_tenant, row_thread, state_row
 from . import sql
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
@@ -131,6 +131,7 @@ class PostgresBackend(BackendDefaults):
         self.newest_checkpoint = self.journal.newest_checkpoint
         self.checkpoints_after = self.journal.checkpoints_after
         self.thread_runs = self.journal.thread_runs
+        self.subject_threads = self.journal.subject_threads
         self.begin_checkpoint = self.journal.begin_checkpoint
         self.put_checkpoint_parts = self.journal.put_checkpoint_parts
         self.checkpoint_parts = self.journal.checkpoint_parts
@@ -327,6 +328,7 @@ class PostgresBackend(BackendDefaults):
                 "keys": [k for k, _ in items],
                 "values": [v for _, v in items],
             }
+            params["state"], params["subject"] = state_row(state)
             size = sum(len(k) + len(v) for k, v in items) + 256
             made: Thread | None = await self._write(
                 Job(sql.CREATE_THREAD_STATE, params, lambda rows, _: row_thread(rows[0]) if rows else None),
@@ -454,6 +456,9 @@ class PostgresBackend(BackendDefaults):
         """Apply a checked plan in one transaction (``dormant_commit_slice``)."""
         now = self.clock()
         keys = [inbox.sort_key(item, now) for item in plan.admissions]
+        if plan.memory is not None:
+            await self._apply_with_memory(plan, keys, now)
+            return
         job = Job(
             sql.COMMIT_SLICE,
             (encode(plan), keys, now),
@@ -466,6 +471,32 @@ class PostgresBackend(BackendDefaults):
         if plan.summary is not None:
             size += len(plan.summary.content)
         await self._write(job, size + 512)
+
+    async def _apply_with_memory(self, plan: CommitPlan, keys: list[float], now: float) -> None:
+        """A plan that carries memory writes: one transaction on a pooled connection (the
+        memory rules read, then write, which the writer's pipelined batches cannot hold):
+        the thread rows locked in id order as the writer does, ``dormant_commit_slice``,
+        the memory rows, the wake-up hints. A deadlock re-runs it whole."""
+        memory = self.memory_rows()
+        writes = plan.memory
+        assert writes is not None
+        threads = sorted({plan.thread_id, *(a.thread_id for a in plan.admissions)})
+        hints = [
+            sql.NOTIFY.format(channel=self._channels[name], instance=self._instance)
+            for name, wanted in (("threads", bool(plan.admissions)), ("outbox", bool(plan.calls)))
+            if wanted
+        ]
+        encoded = encode(msgspec.structs.replace(plan, memory=None))
+
+        async def job(c: Conn) -> None:
+            await c.execute(sql.SET_LOCAL_LOCK_TIMEOUT.format(ms=int(self.lock_timeout_s * 1000)).encode())
+            await c.execute(sql.LOCK_THREADS, (threads, []))
+            await c.execute(sql.COMMIT_SLICE, (encoded, keys, now))
+            await memory.in_commit(c, writes)
+            if hints:
+                await c.execute(f"SELECT {', '.join(hints)}".encode())
+
+        await memory.rows.transaction(job)
 
     async def store_counts(self, counts: Sequence[tuple[str, int, int]]) -> None:
         """Write back token counts made on read (one statement, in the next batch)."""

@@ -32,7 +32,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout, TooManyRequests
 
 from ...errors import StoreError, UsageError
-from ...memory.backend import AddItem, AddResult, Decide, RebindMode, Search
+from ...memory.backend import AddItem, AddResult, Decide, MemoryWrites, RebindMode, Search
 from ...memory.fulltext import index_text
 from ...memory.ranking import Candidate, FilterSpec
 from ...memory.records import MemoryChange, MemoryRecord
@@ -85,9 +85,11 @@ class PgMemoryRows:
 
     def run(self, job: Callable[[Conn], Awaitable[T]]) -> T:
         """``job`` in one transaction on a pooled connection; its value once committed."""
-        return call_on_loop(self._loop, self._run(job))
+        return call_on_loop(self._loop, self.transaction(job))
 
-    async def _run(self, job: Callable[[Conn], Awaitable[T]]) -> T:
+    async def transaction(self, job: Callable[[Conn], Awaitable[T]]) -> T:
+        """``job`` in one transaction on a pooled connection, on the store's event loop
+        (re-run whole after a deadlock); its value once committed."""
         for attempt in range(RETRIES + 1):
             pool = self._pool()
             if pool is None:
@@ -110,6 +112,8 @@ class PostgresMemoryBackend:
 
     def __init__(self, rows: PgMemoryRows) -> None:
         self._rows = rows
+        #: the transactions it runs in (a slice's commit with memory writes runs there too)
+        self.rows = rows
         self._dim: int | None = None
         self._dim_read = False
 
@@ -167,6 +171,27 @@ class PostgresMemoryBackend:
             return [await self._add(c, tenant, item, decide, actor, dim) for item in items]
 
         return self._write(job)
+
+    async def in_commit(self, c: Conn, writes: MemoryWrites) -> None:
+        """``writes`` inside a slice's commit transaction on ``c`` (after the plan's rows):
+        the rules of :meth:`add_many` and :meth:`forget`."""
+        subjects = {i.record.subject for i in writes.adds} | {k for f in writes.forgets for k in f.keys}
+        for subject in sorted(subjects):
+            await c.execute(sql.SUBJECT_LOCK, (f"{writes.tenant}/{subject}",))
+        try:
+            dim = await self._vec_dim(c)
+            for item in writes.adds:
+                await self._add(c, writes.tenant, item, writes.decide, writes.actor, dim)
+            for gone in writes.forgets:
+                params = (gone.at, writes.tenant, gone.record_id, list(gone.keys))
+                row = await (await c.execute(sql.FORGET, params)).fetchone()
+                if row is not None:
+                    await _history(
+                        c, writes.tenant, "forget", row[0], gone.record_id, writes.actor, gone.at, gone.reason
+                    )
+        except BaseException:
+            self._dim_read = False
+            raise
 
     async def _add(
         self, c: Conn, tenant: str, item: AddItem, decide: Decide, actor: str, dim: int | None

@@ -41,7 +41,7 @@ class PgSliceReader:
 
     async def slice_rows(
         self, claim: Claim, max_inputs: int, max_bytes: int
-    ) -> tuple[Thread, list[Input]] | None:
+    ) -> tuple[Thread, list[Input], str | None] | None:
         """The thread row and its ready inputs (admission order, bounded in count and
         bytes) in one statement."""
         params = {"id": claim.thread_id, "now": self.clock(), "limit": max_inputs, "bytes": max_bytes}
@@ -53,8 +53,8 @@ class PgSliceReader:
             return None
         thread = row_thread(rows[0])
         if rows[0][THREAD_WIDTH] is None:  # the LEFT JOIN found no ready input
-            return thread, []
-        return thread, [row_input(row[THREAD_WIDTH:]) for row in rows]
+            return thread, [], rows[0][-1]
+        return thread, [row_input(row[THREAD_WIDTH:]) for row in rows], rows[0][-1]
 
     async def newest_messages(self, thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
         """Messages ``min_seq < seq <= max_seq``, newest first, at most ``limit``."""

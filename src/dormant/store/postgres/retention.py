@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ...blobs import BLOB_LINE, REF_CHARS
 from ...errors import NotFound, UsageError
 from ...records import JournalEntry, Thread, TierSizes
-from ..rows import row_journal, row_thread, row_tier_sizes
+from ..rows import row_journal, row_thread, row_tier_sizes, state_row
 from . import sql
 from .driver import Conn, Rows, translate
 from .reads import PgReads
@@ -174,6 +174,7 @@ class PgRetention:
             "keys": [k for k, _ in items],
             "values": [v for _, v in items],
         }
+        params["state"], params["subject"] = state_row(state)
 
         def decode(rows: Rows, count: int) -> Thread | None:
             return row_thread(rows[0]) if rows else None

@@ -48,12 +48,18 @@ CREATE TABLE threads (
     usage_cached      bigint NOT NULL DEFAULT 0,
     -- why (and until when) the thread waits on its model endpoint, uncounted as a failure
     wait_reason       text,
-    wait_until        double precision NOT NULL DEFAULT 0
+    wait_until        double precision NOT NULL DEFAULT 0,
+    -- the thread's state journal replayed, as JSON text (key -> JSON value), written by the
+    -- commit that journals changes; NULL: not carried (over 64 KiB, or written before
+    -- schema 11): replay the journal. Its subject (a binding key), for a subject's threads.
+    state             text DEFAULT '{}',
+    subject           text COLLATE "C"
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 -- the claim walks the tenants with ready work, each one's threads by ready_key (CLAIM_THREADS)
 CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
+CREATE INDEX threads_subject ON threads (subject, tenant) WHERE subject IS NOT NULL;
 CREATE INDEX threads_leased ON threads (lease_expires) WHERE lease_token IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
@@ -385,6 +391,11 @@ BEGIN
         usage_completion = t.usage_completion + coalesce((v_usage ->> 'completion')::bigint, 0),
         usage_cached = t.usage_cached + coalesce((v_usage ->> 'cached')::bigint, 0),
         wait_reason = NULL, wait_until = 0,
+        -- the row's journal state: the slice's, or unknown (NULL) once changes it did not give
+        state = CASE WHEN jsonb_typeof(p_plan -> 'state_json') = 'string' THEN p_plan ->> 'state_json'
+                     WHEN jsonb_array_length(coalesce(p_plan -> 'state', '[]'::jsonb)) > 0 THEN NULL
+                     ELSE t.state END,
+        subject = coalesce(p_plan ->> 'subject', t.subject),
         summary_seq = coalesce((v_summary ->> 'upto_seq')::bigint, t.summary_seq),
         summarized_tokens = coalesce((v_summary ->> 'covered_tokens')::bigint, t.summarized_tokens),
         ready_key = (SELECT min(i.sort_key) FROM inputs i

@@ -119,7 +119,7 @@ FOR NO KEY UPDATE
 # is read at all.
 LOAD_SLICE = f"""
 SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
-       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}, t.state
 FROM threads t
 LEFT JOIN LATERAL (
     SELECT {", ".join("y." + c.strip() for c in INPUT_COLS.split(","))}
@@ -381,6 +381,11 @@ ORDER BY seq DESC
 
 # -- the state journal (issue 17.3); change records are written by dormant_commit_slice
 THREAD_RUNS = "SELECT runs FROM threads WHERE id = %s"
+# a tenant's active threads of one subject but one, most recently updated first (threads_subject)
+SUBJECT_THREADS = """
+SELECT id FROM threads WHERE subject = %s AND tenant = %s AND id <> %s AND status = 'active'
+ORDER BY updated_at DESC, id LIMIT %s
+"""
 # A checkpoint header, not recoverable yet, numbered after the journal's newest (the
 # writer locked the thread row first).
 BEGIN_CHECKPOINT = f"""
@@ -499,8 +504,9 @@ SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM pieces)
 JOURNAL_SEQ_AT = """
 SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = %s AND key IS NOT NULL AND msg_seq <= %s
 """
-# The new thread `t` (inserted by the statement's first CTE) with its state journaled as
-# `add` records, and its row; no row when the id existed already.
+# The new thread `t` (inserted by the statement's first CTE, with its state and subject on
+# its row: rows.state_row) with its state journaled as `add` records, and its row; no row
+# when the id existed already.
 _WITH_STATE = f"""
 j AS (
   INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
@@ -511,14 +517,15 @@ SELECT {THREAD_COLS} FROM t
 # A new thread with its first state journaled.
 CREATE_THREAD_STATE = f"""
 WITH t AS (
-  INSERT INTO threads (id, agent, created_at, updated_at)
-  VALUES (%(id)s, %(agent)s, %(now)s, %(now)s)
+  INSERT INTO threads (id, agent, created_at, updated_at, state, subject)
+  VALUES (%(id)s, %(agent)s, %(now)s, %(now)s, %(state)s, %(subject)s)
   ON CONFLICT (id) DO NOTHING
   RETURNING *),{_WITH_STATE}"""
 FORK_THREAD = f"""
 WITH t AS (
-  INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at)
-  SELECT %(new)s, s.agent, s.id, %(at)s, %(now)s, %(now)s FROM threads s WHERE s.id = %(src)s
+  INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at, state, subject)
+  SELECT %(new)s, s.agent, s.id, %(at)s, %(now)s, %(now)s, %(state)s, %(subject)s
+  FROM threads s WHERE s.id = %(src)s
   ON CONFLICT (id) DO NOTHING
   RETURNING *),{_WITH_STATE}"""
 TIER_SIZES = """

@@ -16,7 +16,7 @@ from typing import Any
 
 from ... import inbox
 from ...cache import ViewCache
-from ..core import DEFAULT_VIEW_CACHE_BYTES, StoreCore
+from ..core import DEFAULT_VIEW_CACHE_BYTES, DEFAULT_VIEW_SPILL_BYTES, StoreCore
 from .backend import SQLiteBackend
 from .connect import SCHEMA
 
@@ -39,6 +39,7 @@ class SQLiteStore(StoreCore):
         *,
         views: ViewCache | None = None,
         view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
+        view_spill_bytes: int = DEFAULT_VIEW_SPILL_BYTES,
         max_input_bytes: int = inbox.DEFAULT_MAX_INPUT_BYTES,
         clock: Callable[[], float] = time.time,
         **backend_options: Any,
@@ -47,6 +48,7 @@ class SQLiteStore(StoreCore):
             SQLiteBackend(url, clock=clock, **backend_options),
             views=views,
             view_cache_bytes=view_cache_bytes,
+            view_spill_bytes=view_spill_bytes,
             max_input_bytes=max_input_bytes,
         )
 

@@ -47,7 +47,7 @@ from ...records import (
 )
 from .. import fairness
 from ..backend import BackendDefaults
-from ..rows import row_entry, row_message, row_thread
+from ..rows import row_entry, row_message, row_thread, state_row
 from . import jobs, journal_sql, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
@@ -126,6 +126,7 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         self.newest_checkpoint = self.journal.newest_checkpoint
         self.checkpoints_after = self.journal.checkpoints_after
         self.thread_runs = self.journal.thread_runs
+        self.subject_threads = self.journal.subject_threads
         self.begin_checkpoint = self.journal.begin_checkpoint
         self.put_checkpoint_parts = self.journal.put_checkpoint_parts
         self.checkpoint_parts = self.journal.checkpoint_parts
@@ -370,9 +371,12 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
             for n, (k, v) in enumerate(sorted((state or {}).items()), 1)
         ]
 
+        row = state_row(state) if state else None
+
         def job(conn: Conn) -> Thread | None:
-            if jobs.insert_thread(conn, thread_id, agent, now) and changes:
+            if jobs.insert_thread(conn, thread_id, agent, now) and row is not None:
                 conn.executemany(journal_sql.INSERT_CHANGE, changes)
+                conn.execute(sql.SET_THREAD_STATE, (*row, thread_id))
             return jobs.get_thread(conn, thread_id)
 
         result: Thread = await self._write(job, 256 + sum(len(k) + len(v) for k, v in (state or {}).items()))
@@ -454,7 +458,16 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         size += sum(len(c.value or "") for c in plan.state)
         if plan.summary is not None:
             size += len(plan.summary.content)
-        await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
+        if plan.memory is None:
+            await self._write(lambda conn: jobs.apply_plan(conn, plan, now), size)
+            return
+        memory = self.memory_rows().in_commit(plan.memory)
+
+        def job(conn: Conn) -> None:
+            jobs.apply_plan(conn, plan, now)
+            memory(conn)  # the slice's memories, in the same transaction (after the lease check)
+
+        await self._write(job, size + plan.memory.size)
 
     async def store_counts(self, counts: Sequence[tuple[str, int, int]]) -> None:
         """Write back token counts made on read (one statement, in the next batch)."""

@@ -117,6 +117,10 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
         "last_seq": messages[-1].seq if messages else None,
         "awaiting": plan.awaiting,
         "runs": plan.runs,
+        # the row's journal state: the slice's, or unknown (NULL) once changes it did not give
+        "state_set": plan.state_json is not None or bool(plan.state),
+        "state": plan.state_json,
+        "subject": plan.subject,
         "now": now,
         "id": plan.thread_id,
         "token": plan.token,

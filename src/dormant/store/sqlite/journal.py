@@ -44,6 +44,10 @@ class SQLiteJournal:
         rows = self.query(journal_sql.THREAD_RUNS, (thread_id,))
         return int(rows[0][0]) if rows else None
 
+    async def subject_threads(self, subject: str, tenant: str, exclude: str, limit: int) -> list[str]:
+        """Ids of the tenant's active threads of ``subject`` but ``exclude``, newest first."""
+        return [r[0] for r in self.query(journal_sql.SUBJECT_THREADS, (subject, tenant, exclude, limit))]
+
     async def begin_checkpoint(
         self, thread_id: str, kind: str, upto: int, parts: int, size: int, digest: str, msg_seq: int = 0
     ) -> JournalEntry:

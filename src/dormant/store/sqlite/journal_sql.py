@@ -9,6 +9,11 @@ from ..rows import JOURNAL_COLS
 # -- the state journal (issue 17.3) --------------------------------------------------
 JOURNAL_TOP = "SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = ?"
 THREAD_RUNS = "SELECT runs FROM threads WHERE id = ?"
+# a tenant's active threads of one subject but one, most recently updated first (threads_subject)
+SUBJECT_THREADS = """
+SELECT id FROM threads WHERE subject = ? AND tenant = ? AND id <> ? AND status = 'active'
+ORDER BY updated_at DESC, id LIMIT ?
+"""
 THREAD_RUNS_SEQ = "SELECT runs, last_seq FROM threads WHERE id = ?"
 INSERT_CHANGE = """
 INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)

@@ -27,12 +27,13 @@ from typing import Any, TypeVar
 import msgspec
 
 from ...errors import StoreError, UsageError
-from ...memory.backend import AddItem, AddResult, Decide, RebindMode, Search
+from ...memory.backend import AddItem, AddResult, Decide, MemoryWrites, RebindMode, Search
 from ...memory.fulltext import index_text
 from ...memory.ranking import Candidate, FilterSpec
 from ...memory.records import MemoryChange, MemoryRecord
 from ..rows import memory_params
 from . import memory_search
+from . import memory_write as write
 from .connect import load_vector_extension
 from .memory_link import StoreRows
 from .memory_readers import ReaderPool
@@ -170,6 +171,10 @@ class SQLiteMemoryBackend:
                 c.execute("INSERT INTO memory_meta VALUES ('embedder', ?)", (f"{name}/{dim}",))
             elif row[0] != f"{name}/{dim}":
                 raise UsageError(f"this memory's vectors were made by {row[0]}, not {name}/{dim}")
+            if self._vec:
+                # the vector table is made here, in a commit of its own: a slice's commit
+                # that writes the first vectors then never creates (and rolls back) a table
+                self._ensure_vec(c, dim)
 
         return self._write(job)
 
@@ -182,33 +187,6 @@ class SQLiteMemoryBackend:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def _resolve(self, c: Conn, tenant: str, key: str) -> str:
-        for _ in range(16):
-            row = c.execute(
-                "SELECT new_key FROM memory_moves WHERE tenant = ? AND old_key = ?", (tenant, key)
-            ).fetchone()
-            if row is None:
-                return key
-            key = row[0]
-        raise StoreError(f"memory move chain of {key} is longer than 16")
-
-    def _history(
-        self,
-        c: Conn,
-        tenant: str,
-        op: str,
-        subject: str,
-        rec: str | None,
-        actor: str,
-        at: float,
-        detail: str = "",
-    ) -> None:
-        c.execute(
-            "INSERT INTO memory_history (tenant, op, subject, record_id, actor, at, detail) "
-            "VALUES (?,?,?,?,?,?,?)",
-            (tenant, op, subject, rec, actor, at, detail),
-        )
-
     def add_many(self, tenant: str, items: Sequence[AddItem], decide: Decide, actor: str) -> list[AddResult]:
         def job(c: Conn) -> list[AddResult]:
             # a fresh list per run: the writer re-runs a batch's jobs after a rollback
@@ -217,9 +195,27 @@ class SQLiteMemoryBackend:
         size = sum(len(item.record.text) + 4 * len(item.vector or ()) for item in items) + 512
         return self._write(job, size)
 
+    def in_commit(self, writes: MemoryWrites) -> Callable[[Conn], None]:
+        """A step of a slice's commit job (the writer's transaction, after the plan's rows):
+        ``writes``' adds and forgets with the rules of :meth:`add_many` and :meth:`forget`."""
+
+        def step(c: Conn) -> None:
+            try:
+                for item in writes.adds:
+                    self._add(c, writes.tenant, item, writes.decide, writes.actor)
+                for gone in writes.forgets:
+                    write.forget(
+                        c, writes.tenant, gone.keys, gone.record_id, gone.at, writes.actor, gone.reason
+                    )
+            except BaseException:
+                self._dim_read = False
+                raise
+
+        return step
+
     def _add(self, c: Conn, tenant: str, item: AddItem, decide: Decide, actor: str) -> AddResult:
         rec = item.record
-        subject = self._resolve(c, tenant, rec.subject)
+        subject = write.resolve(c, tenant, rec.subject)
         if subject != rec.subject:
             rec = msgspec.structs.replace(rec, subject=subject)
         dup = c.execute(
@@ -232,7 +228,7 @@ class SQLiteMemoryBackend:
                 "UPDATE memory_records SET importance = max(importance, ?) WHERE rid = ?",
                 (rec.importance, dup[0]),
             )
-            self._history(c, tenant, "update", subject, dup[1], actor, rec.created_at, "duplicate merged")
+            write.history(c, tenant, "update", subject, dup[1], actor, rec.created_at, "duplicate merged")
             return AddResult(_record(dup), duplicate=True)
         olds: list[MemoryRecord] = []
         if item.key is not None:
@@ -260,7 +256,7 @@ class SQLiteMemoryBackend:
                 "AND invalid_at IS NULL",
                 (rec.valid_from, tenant, old_id),
             )
-            self._history(c, tenant, "supersede", subject, old_id, actor, rec.created_at, f"by {rec.id}")
+            write.history(c, tenant, "supersede", subject, old_id, actor, rec.created_at, f"by {rec.id}")
         c.execute(
             f"INSERT INTO memory_records (key_tag, {_COLS.removeprefix('rid, ')}) VALUES ({_in(range(18))})",
             memory_params(item.key, rec, tenant, subject, msgspec.json.encode(rec.tags).decode()),
@@ -276,7 +272,7 @@ class SQLiteMemoryBackend:
                 "INSERT INTO memory_vec (rowid, subject, embedding) VALUES (?, ?, ?)",
                 (rid, subject, pack(item.vector)),
             )
-        self._history(c, tenant, "add", subject, rec.id, actor, rec.created_at)
+        write.history(c, tenant, "add", subject, rec.id, actor, rec.created_at)
         return AddResult(rec, superseded=gone)
 
     def touch(self, tenant: str, accesses: Sequence[tuple[str, float]]) -> None:
@@ -296,108 +292,14 @@ class SQLiteMemoryBackend:
     def forget(
         self, tenant: str, keys: Sequence[str], record_id: str, now: float, actor: str, reason: str
     ) -> bool:
-        def job(c: Conn) -> bool:
-            row = c.execute(
-                "SELECT subject FROM memory_records WHERE tenant = ? AND id = ? "
-                f"AND subject IN ({_in(keys)}) AND invalid_at IS NULL",
-                (tenant, record_id, *keys),
-            ).fetchone()
-            if row is None:
-                return False
-            c.execute(
-                "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ?",
-                (now, tenant, record_id),
-            )
-            self._history(c, tenant, "forget", row[0], record_id, actor, now, reason)
-            return True
-
-        return self._write(job)
+        return self._write(lambda c: write.forget(c, tenant, keys, record_id, now, actor, reason))
 
     def rebind(self, tenant: str, old: str, new: str, mode: RebindMode, now: float, actor: str) -> int:
         def job(c: Conn) -> int:
-            if mode in ("link", "unlink"):
-                return self._link(c, tenant, old, new, mode, now, actor)
-            target = self._resolve(c, tenant, new)
-            if target == old:
-                raise UsageError("cannot move a subject onto itself")
-            dups = c.execute(
-                "SELECT a.id, b.id FROM memory_records a JOIN memory_records b ON b.tenant = a.tenant "
-                "AND b.subject = ? AND b.content_hash = a.content_hash AND b.invalid_at IS NULL "
-                "WHERE a.tenant = ? AND a.subject = ? AND a.invalid_at IS NULL",
-                (target, tenant, old),
-            ).fetchall()
-            for a_id, b_id in dups:
-                c.execute(
-                    "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ?",
-                    (now, tenant, a_id),
-                )
-                self._history(c, tenant, "merge", old, a_id, actor, now, f"duplicate of {b_id}")
-            rows = c.execute(
-                "SELECT rid, id, text FROM memory_records WHERE tenant = ? AND subject = ?", (tenant, old)
-            ).fetchall()
-            for rid, rec_id, text in rows:
-                c.execute("UPDATE memory_records SET subject = ? WHERE rid = ?", (target, rid))
-                c.execute("DELETE FROM memory_fts WHERE rowid = ?", (rid,))
-                c.execute(
-                    "INSERT INTO memory_fts (rowid, scope, body) VALUES (?, ?, ?)",
-                    (rid, target, index_text(text)),
-                )
-                if self._vec and self._vec_dim(c) is not None:
-                    vec = c.execute("SELECT embedding FROM memory_vec WHERE rowid = ?", (rid,)).fetchone()
-                    if vec is not None:
-                        c.execute("DELETE FROM memory_vec WHERE rowid = ?", (rid,))
-                        c.execute(
-                            "INSERT INTO memory_vec (rowid, subject, embedding) VALUES (?, ?, ?)",
-                            (rid, target, vec[0]),
-                        )
-                self._history(
-                    c,
-                    tenant,
-                    mode if mode == "merge" else "rebind",
-                    target,
-                    rec_id,
-                    actor,
-                    now,
-                    f"{old} -> {target}",
-                )
-            c.execute(
-                "UPDATE memory_moves SET new_key = ? WHERE tenant = ? AND new_key = ?", (target, tenant, old)
-            )
-            c.execute("INSERT OR REPLACE INTO memory_moves VALUES (?, ?, ?, ?)", (tenant, old, target, now))
-            c.execute(
-                "UPDATE OR IGNORE memory_identity SET key = ? WHERE tenant = ? AND key = ?",
-                (target, tenant, old),
-            )
-            if not rows:
-                self._history(
-                    c,
-                    tenant,
-                    mode if mode == "merge" else "rebind",
-                    target,
-                    None,
-                    actor,
-                    now,
-                    f"{old} -> {target}",
-                )
-            return len(rows)
+            vectors = self._vec and self._vec_dim(c) is not None
+            return write.rebind(c, tenant, old, new, mode, now, actor, vectors=vectors)
 
         return self._write(job)
-
-    def _link(self, c: Conn, tenant: str, a: str, b: str, mode: str, now: float, actor: str) -> int:
-        if a == b:
-            raise UsageError("cannot link a key to itself")
-        changed = 0
-        for x, y in ((a, b), (b, a)):
-            if mode == "link":
-                c.execute("INSERT OR IGNORE INTO memory_links VALUES (?, ?, ?, ?)", (tenant, x, y, now))
-            else:
-                c.execute(
-                    "DELETE FROM memory_links WHERE tenant = ? AND key = ? AND other = ?", (tenant, x, y)
-                )
-            changed += c.changes()
-        if changed:
-            self._history(c, tenant, mode, a, None, actor, now, f"{a} <-> {b}")
-        return changed // 2
 
     def register_identity(self, tenant: str, key: str, parts: dict[str, str]) -> None:
         def job(c: Conn) -> None:
@@ -443,7 +345,7 @@ class SQLiteMemoryBackend:
 
     def resolve_scope(self, tenant: str, keys: Sequence[str], max_keys: int) -> list[str]:
         def job(c: Conn) -> list[str]:
-            out = list(dict.fromkeys(self._resolve(c, tenant, k) for k in keys))
+            out = list(dict.fromkeys(write.resolve(c, tenant, k) for k in keys))
             linked = c.execute(
                 f"SELECT other FROM memory_links WHERE tenant = ? AND key IN ({_in(out)}) "
                 "ORDER BY other LIMIT ?",

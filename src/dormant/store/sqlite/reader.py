@@ -70,7 +70,7 @@ class ClaimBatches:
             self._batches[token] = (ids, True)
             parked_bytes = 0
             for row in conn.execute(sql.LOAD_SLICES, (now, sql.encode(ids).decode(), max_inputs)):
-                parked_bytes += ROW_OVERHEAD + len(row[THREAD_WIDTH + 4] or "")
+                parked_bytes += ROW_OVERHEAD + len(row[THREAD_WIDTH + 4] or "") + len(row[-1] or "")
                 if parked_bytes > PARKED_BYTES:
                     # the rest of the batch (and this thread, whose rows may be partial)
                     # loads slice by slice
@@ -111,8 +111,8 @@ class SQLiteReader:
 
     async def slice_rows(
         self, claim: Claim, max_inputs: int, max_bytes: int
-    ) -> tuple[Thread, list[Input]] | None:
-        """The thread row and ready inputs of a claimed thread."""
+    ) -> tuple[Thread, list[Input], str | None] | None:
+        """The thread row, its state column and ready inputs of a claimed thread."""
         try:
             rows = self.batches.rows(self.conn, claim, max_inputs, max_bytes, self.clock())
         except apsw.Error as exc:
@@ -121,7 +121,7 @@ class SQLiteReader:
             return None
         # one row per input, or one row with NULL input columns
         inputs = [row_input(row[THREAD_WIDTH:]) for row in rows if row[THREAD_WIDTH] is not None]
-        return row_thread(rows[0]), inputs
+        return row_thread(rows[0]), inputs, rows[0][-1]
 
     async def newest_messages(self, thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
         """Messages in (min_seq, max_seq], newest first."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...blobs import BLOB_LINE, REF_CHARS
 from ...errors import NotFound, UsageError
 from ...records import JournalEntry, Thread, TierSizes
-from ..rows import row_journal, row_tier_sizes
+from ..rows import row_journal, row_tier_sizes, state_row
 from . import jobs, journal_sql, sql
 from .writer import Conn, Job
 
@@ -138,6 +138,7 @@ class SQLiteRetention:
         transaction. NotFound if ``source`` is missing, UsageError if ``new_id`` exists."""
         now = self.clock()
         rows = [(new_id, n, "add", k, v, 0, now, 0) for n, (k, v) in enumerate(sorted(state.items()), 1)]
+        row = state_row(state)
 
         def job(conn: Conn) -> Thread:
             agent = conn.execute(journal_sql.THREAD_AGENT, (source,)).fetchone()
@@ -146,6 +147,7 @@ class SQLiteRetention:
             if not jobs.insert_thread(conn, new_id, agent[0], now, (source, at_seq)):
                 raise UsageError(f"thread {new_id!r} exists already")
             conn.executemany(journal_sql.INSERT_CHANGE, rows)
+            conn.execute(sql.SET_THREAD_STATE, (*row, new_id))
             thread = jobs.get_thread(conn, new_id)
             assert thread is not None
             return thread

@@ -39,7 +39,12 @@ CREATE TABLE threads (
     usage_cached      INTEGER NOT NULL DEFAULT 0,
     -- why (and until when) the thread waits on its model endpoint, uncounted as a failure
     wait_reason       TEXT,
-    wait_until        REAL NOT NULL DEFAULT 0
+    wait_until        REAL NOT NULL DEFAULT 0,
+    -- the thread's state journal replayed, as JSON (key -> JSON value), written by the
+    -- commit that journals changes; NULL: not carried (over 64 KiB, or written before
+    -- schema 9): replay the journal. Its subject (a binding key), for a subject's threads.
+    state             TEXT DEFAULT '{}',
+    subject           TEXT
 );
 -- the claim walks the tenants with ready work, each one's threads by ready_key, and counts
 -- each tenant's live leases (see CLAIM_THREADS)
@@ -47,6 +52,7 @@ CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT
 CREATE INDEX threads_leased ON threads (tenant, lease_expires) WHERE lease_token IS NOT NULL;
 CREATE INDEX threads_tenant ON threads (tenant) WHERE tenant <> '';
 CREATE INDEX threads_waiting ON threads (wait_reason) WHERE wait_reason IS NOT NULL;
+CREATE INDEX threads_subject ON threads (subject, tenant) WHERE subject IS NOT NULL;
 -- Children of a thread (deleting a thread takes its descendants).
 CREATE INDEX threads_parent ON threads (parent_id) WHERE parent_id IS NOT NULL;
 

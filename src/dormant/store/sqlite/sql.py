@@ -27,7 +27,7 @@ encode = msgspec.json.encode
 # octet_length, which reads no text, so no input past the cut is read at all.
 LOAD_SLICE = f"""
 SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
-       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}, t.state
 FROM threads t
 LEFT JOIN (
     SELECT x.id, row_number() OVER w AS n, sum(octet_length(x.content)) OVER w AS upto
@@ -46,7 +46,7 @@ ORDER BY b.id
 # at most ?3 inputs per thread; rows come grouped by thread, inputs in admission order.
 LOAD_SLICES = f"""
 SELECT {", ".join("t." + c.strip() for c in THREAD_COLS.split(","))},
-       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}
+       {", ".join("i." + c.strip() for c in INPUT_COLS.split(","))}, t.state
 FROM threads t
 LEFT JOIN inputs i ON i.id IN (
     SELECT x.id FROM inputs x
@@ -161,6 +161,7 @@ UPDATE threads SET
   usage_cached = usage_cached + :usage_cached, wait_reason = NULL, wait_until = 0,
   summary_seq = coalesce(:upto, summary_seq),
   summarized_tokens = coalesce(:covered, summarized_tokens),
+  state = CASE WHEN :state_set THEN :state ELSE state END, subject = coalesce(:subject, subject),
   (ready_key, ready_at) = (SELECT MIN(i.sort_key), MIN(i.not_before) FROM inputs i
                            WHERE i.thread_id = :id AND (:awaiting = 0 OR i.kind = 'tool_result'))
 WHERE id = :id AND lease_token = :token AND (:first_seq IS NULL OR last_seq = :first_seq - 1)
@@ -200,6 +201,8 @@ INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at) V
 ON CONFLICT (id) DO NOTHING
 """
 GET_THREAD = f"SELECT {THREAD_COLS} FROM threads WHERE id = ?"
+# a new thread's journal state and subject on its row (see rows.state_row)
+SET_THREAD_STATE = "UPDATE threads SET state = ?, subject = ? WHERE id = ?"
 THREAD_EXISTS = "SELECT 1 FROM threads WHERE id = ?"
 PARENT_OF = "SELECT parent_id, parent_seq FROM threads WHERE id = ?"
 LEASE_TOKEN = "SELECT lease_token FROM threads WHERE id = ?"

@@ -1,0 +1,120 @@
+"""The view cache's spill file: views evicted from RAM come back decoded, never stale."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dormant.cache import ViewCache
+from dormant.context import view_usage
+from dormant.records import Message, Thread, ViewLimits
+from dormant.spill import ViewSpill
+
+LIMITS = ViewLimits()
+
+
+def view(n: int, size: int = 200) -> tuple[Message, ...]:
+    return tuple(Message(seq=i, role="user", content=f"{i}" + "x" * size) for i in range(1, n + 1))
+
+
+def row(thread_id: str, last_seq: int, born: float = 1.0) -> Thread:
+    return Thread(id=thread_id, agent="a", last_seq=last_seq, created_at=born)
+
+
+def usage(v: tuple[Message, ...]) -> tuple[int, int]:
+    return view_usage(v, LIMITS.counts_tokens)
+
+
+def test_a_spilled_view_comes_back_only_for_the_row_it_was_current_at(tmp_path: Path) -> None:
+    spill = ViewSpill(1 << 20, directory=str(tmp_path))
+    v = view(5)
+    spill.put("t", (1.0, 5, 0, LIMITS, 0, usage(v)), v, None)
+    assert os.listdir(tmp_path) == [], "the file has no name: it goes with the process"
+    assert spill.get("t", 1.0, 5, 0, LIMITS) == (v, None, 0, usage(v))
+    assert spill.get("t", 1.0, 5, 0, ViewLimits(max_messages=3)) is None, "other limits"
+    assert spill.get("t", 1.0, 5, 0, LIMITS) is None, "a stale lookup dropped it"
+    spill.put("t", (1.0, 5, 0, LIMITS, 0, usage(v)), v, None)
+    assert spill.get("t", 2.0, 5, 0, LIMITS) is None, "another incarnation of the thread"
+    spill.put("t", (1.0, 5, 0, LIMITS, 0, usage(v)), v, None)
+    assert spill.get("t", 1.0, 6, 0, LIMITS) is None, "the thread moved on"
+    spill.put("t", (1.0, 5, 0, LIMITS, 0, usage(v)), v, None)
+    assert spill.get("t", 1.0, 5, 5, LIMITS) is None, "it was summarized since"
+    assert spill.hits == 1
+    spill.close()
+
+
+def test_the_ring_drops_what_it_overwrote() -> None:
+    v = view(4, size=1000)  # ~4 KB encoded
+    spill = ViewSpill(64 * 1024)
+    for i in range(40):
+        spill.put(f"t{i}", (1.0, 4, 0, LIMITS, 0, usage(v)), v, None)
+    assert 10 <= len(spill) <= 16, "about the ring's size in views"
+    assert spill.get("t0", 1.0, 4, 0, LIMITS) is None, "overwritten long ago"
+    assert spill.get("t39", 1.0, 4, 0, LIMITS) == (v, None, 0, usage(v))
+    big = view(40, size=1000)  # over 1/8 of the ring: not spilled
+    spill.put("big", (1.0, 40, 0, LIMITS, 0, usage(big)), big, None)
+    assert spill.get("big", 1.0, 40, 0, LIMITS) is None
+    spill.close()
+
+
+def test_an_io_error_turns_spilling_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    spill = ViewSpill(1 << 20)
+    v = view(3)
+
+    def broken(*args: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", broken)
+    spill.put("t", (1.0, 3, 0, LIMITS, 0, usage(v)), v, None)
+    assert not spill.enabled and len(spill) == 0
+    monkeypatch.undo()
+    spill.put("t", (1.0, 3, 0, LIMITS, 0, usage(v)), v, None)
+    assert spill.get("t", 1.0, 3, 0, LIMITS) is None
+
+
+def test_a_view_evicted_from_ram_is_served_from_the_spill_file() -> None:
+    cache = ViewCache(max_bytes=10**9, max_entries=1, spill_bytes=1 << 20)
+    a, b = view(3), view(2)
+    cache.put(row("a", 3), LIMITS, a)
+    cache.put(row("b", 2), LIMITS, b)  # evicts a to the spill file
+    assert len(cache) == 1 and cache.spill.writes == 1
+    assert cache.lookup(row("a", 3), LIMITS) == (a, None, 0, usage(a))
+    assert cache.stats().spill_hits == 1 and cache.misses == 1
+    assert cache.lookup(row("a", 4), LIMITS) is None, "never a stale view"
+    cache.close()
+
+
+def test_a_refused_view_is_spilled_extended_by_its_slices_commit() -> None:
+    # scan resistance keeps a recently evicted thread out of a full cache; with the
+    # spill file on, its slice's commit writes the extended view there, so the thread's
+    # next slice decodes it instead of rebuilding it
+    for spill_bytes in (0, 1 << 20):
+        cache = ViewCache(max_bytes=10**9, max_entries=1, spill_bytes=spill_bytes)
+        first = view(3)
+        cache.put(row("a", 3), LIMITS, first)
+        cache.put(row("b", 1), LIMITS, view(1))  # a evicted (and spilled, when on)
+        assert cache.lookup(row("a", 3), LIMITS) == (
+            None if not spill_bytes else (first, None, 0, usage(first))
+        )
+        if not spill_bytes:
+            cache.put(row("a", 3), LIMITS, first)  # the rebuilt view: refused
+        assert len(cache) == 1 and "a" not in {t for t in cache._entries}, "a is kept out of RAM"
+        new = (Message(seq=4, role="assistant", content="done"),)
+        cache.advance("a", new)
+        found = cache.lookup(row("a", 4), LIMITS)
+        if spill_bytes:
+            assert found is not None and found[0] == first + new
+        else:
+            assert found is None
+        cache.close()
+
+
+def test_discarding_a_thread_forgets_its_spilled_view() -> None:
+    cache = ViewCache(max_bytes=10**9, max_entries=1, spill_bytes=1 << 20)
+    cache.put(row("a", 3), LIMITS, view(3))
+    cache.put(row("b", 1), LIMITS, view(1))
+    cache.discard("a")
+    assert cache.lookup(row("a", 3), LIMITS) is None
+    cache.close()
