@@ -37,7 +37,8 @@ def gc(
     ] = None,
 ) -> None:
     """Apply the retention tiers (old tool results cut to an excerpt, old runs of history
-    and state folded, dedup keys past the horizon forgotten) and write due checkpoints.
+    and state folded, dedup keys past the horizon forgotten, superseded summaries that
+    nothing reads deleted) and write due checkpoints.
 
     The other tiers follow the ``DORMANT_RETENTION_*``, ``DORMANT_DEDUP_HORIZON_S`` and
     ``DORMANT_CHECKPOINT_*`` variables.
@@ -47,7 +48,7 @@ def gc(
     checkpoints = CheckpointPolicy.from_settings(settings)
 
     async def go() -> None:
-        threads = shrunk = deleted = written = 0
+        threads = shrunk = deleted = summaries = written = 0
         async with opened_store(settings) as st:
             while True:  # passes over every thread, until one changes nothing
                 sizes = await st.retention_sizes() if policy.budget_bytes else None
@@ -56,9 +57,10 @@ def gc(
                 while True:
                     done = await gc_round(st, policy, checkpoints, time.time(), cursor, sizes=sizes)
                     threads += done.threads
-                    changed += done.shrunk + done.deleted
+                    changed += done.shrunk + done.deleted + done.summaries
                     shrunk += done.shrunk
                     deleted += done.deleted
+                    summaries += done.summaries
                     written += done.checkpoints
                     cursor = done.cursor
                     if cursor is None:
@@ -67,7 +69,7 @@ def gc(
                     break
         out.print(
             f"gc: {threads} thread visit(s), {shrunk} tool result(s) cut, {deleted} row(s) deleted, "
-            f"{written} checkpoint(s) written"
+            f"{summaries} superseded summary(ies) deleted, {written} checkpoint(s) written"
         )
 
     try:

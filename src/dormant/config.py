@@ -140,6 +140,9 @@ class Settings(BaseModel):
     retention_metric_runs: int = Field(
         20, ge=0, description="runs before those keeping the last change of each key per run"
     )
+    retention_summaries: int = Field(
+        2, ge=1, description="newest compaction summaries per thread always kept (older: once unread)"
+    )
     retention_budget_bytes: int = Field(
         0, ge=0, description="the store's byte budget; no tier may take more than its share (0: none)"
     )

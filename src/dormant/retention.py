@@ -18,6 +18,11 @@ Per thread, with the defaults of :class:`RetentionPolicy`:
   excerpts go); never in a thread that has children (their views read the parent's
   history), never splitting a call from its result (a run starts at a user message,
   which a thread takes only when no call is open).
+- **summaries**: a thread's compaction summaries superseded by a newer one go once
+  nothing can read them: its ``keep_summaries`` (2) newest stay, and any a child
+  inherits or a fork at a still-stored message would (see
+  :meth:`~dormant.store.core_retention.SummaryRetention.prune_summaries`), so with the
+  history pruned the summaries stop growing too.
 - **dedup keys**: kept for ``dedup_horizon_s`` (7 days) after their input was
   admitted, then pruned, unless their input is still pending or an outbox entry
   still names them. The guarantee: a redelivery within the horizon is recognised as
@@ -57,6 +62,8 @@ HEAD_CHARS = 512
 FULL_RUNS = 5
 #: Default: the runs before those whose state keeps its key figures only.
 METRIC_RUNS = 20
+#: Default: the newest compaction summaries of a thread always kept.
+KEEP_SUMMARIES = 2
 #: Default: how long a dedup key is kept after its input was admitted (7 days).
 DEDUP_HORIZON_S = 7 * 86400.0
 #: Default: the largest share of the store's budget one tier may take.
@@ -75,6 +82,9 @@ class RetentionPolicy:
     full_runs: int = FULL_RUNS
     #: the runs before those keeping the last change of each key per run
     metric_runs: int = METRIC_RUNS
+    #: the newest compaction summaries of a thread always kept (older ones go once
+    #: superseded and needed by no child or fork)
+    keep_summaries: int = KEEP_SUMMARIES
     #: seconds a dedup key is kept after its admission
     dedup_horizon_s: float = DEDUP_HORIZON_S
     #: the store's byte budget (0: none); no tier may take more than ``tier_share`` of it
@@ -87,7 +97,8 @@ class RetentionPolicy:
     threads_per_round: int = 100
 
     def __post_init__(self) -> None:
-        if min(self.full_tool_calls, self.full_runs, self.per_round, self.threads_per_round) < 1:
+        counts = (self.full_tool_calls, self.full_runs, self.keep_summaries)
+        if min(*counts, self.per_round, self.threads_per_round) < 1:
             raise ValueError("retention counts must be >= 1")
         if self.head_chars < 0 or self.metric_runs < 0 or self.budget_bytes < 0:
             raise ValueError("head_chars, metric_runs and budget_bytes must be >= 0")
@@ -102,6 +113,7 @@ class RetentionPolicy:
             head_chars=settings.retention_head_chars,
             full_runs=settings.retention_full_runs,
             metric_runs=settings.retention_metric_runs,
+            keep_summaries=settings.retention_summaries,
             dedup_horizon_s=settings.dedup_horizon_s,
             budget_bytes=settings.retention_budget_bytes,
             tier_share=settings.retention_tier_share,
@@ -165,6 +177,8 @@ class GcRound:
     checkpoints: int
     #: rows deleted: history messages, journal rows (and checkpoint pieces), dedup keys
     deleted: int = 0
+    #: superseded compaction summaries deleted
+    summaries: int = 0
 
 
 async def gc_round(
@@ -190,7 +204,7 @@ async def gc_round(
     if cursor is None:
         deleted += await store.prune_dedup_keys(before=now - policy.dedup_horizon_s, limit=policy.per_round)
     page = await store.list_threads(cursor=cursor, limit=policy.threads_per_round)
-    shrunk = written = 0
+    shrunk = written = summaries = 0
     forced = (
         dataclasses.replace(checkpoints, incremental_runs=1, incremental_s=1e-9)
         if checkpoints is not None and force_checkpoints
@@ -207,6 +221,9 @@ async def gc_round(
                 keep_tool_calls=strict.keep_tool_calls,
                 limit=policy.per_round,
             )
+            summaries += await store.prune_summaries(
+                thread.id, keep=policy.keep_summaries, limit=policy.per_round
+            )
             if forced is not None and await store.journal.maybe_checkpoint(thread.id, forced, now):
                 written += 1
             deleted += await store.journal.apply_tiers(
@@ -215,5 +232,10 @@ async def gc_round(
         except NotFound:
             continue  # deleted since the page was read
     return GcRound(
-        cursor=page.next_cursor, threads=len(page.items), shrunk=shrunk, checkpoints=written, deleted=deleted
+        cursor=page.next_cursor,
+        threads=len(page.items),
+        shrunk=shrunk,
+        checkpoints=written,
+        deleted=deleted,
+        summaries=summaries,
     )

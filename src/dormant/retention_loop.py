@@ -56,6 +56,7 @@ class RetentionLoop:
         self.passes = 0
         self.shrunk = 0
         self.deleted = 0
+        self.summaries = 0
         self.checkpoints_written = 0
         self.failures = 0
 
@@ -109,14 +110,16 @@ class RetentionLoop:
         self.rounds += 1
         self.shrunk += done.shrunk
         self.deleted += done.deleted
+        self.summaries += done.summaries
         self.checkpoints_written += done.checkpoints
-        if done.shrunk or done.deleted or done.checkpoints:
+        if done.shrunk or done.deleted or done.summaries or done.checkpoints:
             log.info(
                 "retention_round",
                 extra={
                     "threads": done.threads,
                     "shrunk": done.shrunk,
                     "deleted": done.deleted,
+                    "summaries": done.summaries,
                     "checkpoints": done.checkpoints,
                 },
             )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dormant.bench.retention import bench
 
 
@@ -22,3 +24,19 @@ async def test_with_retention_the_store_goes_flat(tmp_path: Path) -> None:
     assert abs(kept["growth_second_half_bytes"]) <= 4 * 16 * 1024
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert (tmp_path / "samples.csv").read_text().count("\n") == 1 + 2 * 6
+    # a summary every 10 turns: the plain store keeps all 12; retention those a fork at a
+    # stored message could inherit (the history keeps 25 runs: the summaries made at turns
+    # 100, 110, 120 and the one before the oldest stored run, at 90)
+    assert none["final_summary_rows"] == 12
+    assert kept["final_summary_rows"] == 4
+
+
+async def test_one_mode_runs_alone(tmp_path: Path) -> None:
+    summary = await bench(
+        tmp_path, turns=20, output_kb=1, keep=5, every=5, sample_every=10, modes=("retention",)
+    )
+    assert "retention" in summary and "none" not in summary
+    assert not (tmp_path / "none.db").exists()
+    assert (tmp_path / "samples.csv").read_text().count("\n") == 1 + 2
+    with pytest.raises(ValueError):
+        await bench(tmp_path, turns=20, output_kb=1, keep=5, every=5, sample_every=10, modes=("all",))

@@ -11,6 +11,7 @@ from dormant.cli import app
 from dormant.retention import NOTE
 from dormant.store.sqlite import SQLiteStore
 from tests.contract.test_retention import tool_turns, tools
+from tests.contract.test_summary_retention import summarized
 from tests.helpers import all_messages, check_history
 
 
@@ -44,3 +45,25 @@ def test_dormant_gc_cuts_old_tool_results(tmp_path: Path) -> None:
     assert [c.endswith(NOTE) for c in contents] == [True, True, True, False]
     again = CliRunner().invoke(app, ["gc", "--store", url])
     assert "0 tool result(s) cut" in again.output
+
+
+async def summarized_store(url: str) -> None:
+    store = SQLiteStore(url)
+    await store.open()
+    try:
+        await summarized(store, "s", 6)  # summaries up to 2, 4, 6, 8, 10
+    finally:
+        await store.close()
+
+
+def test_dormant_gc_deletes_superseded_summaries_and_says_how_many(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/gc.db"
+    asyncio.run(summarized_store(url))
+    env = {"DORMANT_RETENTION_FULL_RUNS": "1", "DORMANT_RETENTION_METRIC_RUNS": "0"}
+    done = CliRunner().invoke(app, ["gc", "--store", url], env=env)
+    assert done.exit_code == 0, done.output
+    # one run of history kept: the runs up to seq 10 go, and the summaries made before
+    # then but the 2 newest (DORMANT_RETENTION_SUMMARIES)
+    assert "3 superseded summary(ies) deleted" in done.output
+    again = CliRunner().invoke(app, ["gc", "--store", url], env={**env, "DORMANT_RETENTION_SUMMARIES": "1"})
+    assert "1 superseded summary(ies) deleted" in again.output

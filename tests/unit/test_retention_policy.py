@@ -13,6 +13,13 @@ def test_defaults_are_the_issue_s() -> None:
     p = RetentionPolicy()
     assert (p.full_tool_calls, p.head_chars, p.full_runs, p.metric_runs) == (200, 512, 5, 20)
     assert (p.dedup_horizon_s, p.tier_share, p.budget_bytes) == (7 * 86400, 0.30, 0)
+    assert p.keep_summaries == 2
+
+
+def test_the_settings_name_how_many_summaries_stay() -> None:
+    from dormant.config import Settings
+
+    assert RetentionPolicy.from_settings(Settings.from_env(retention_summaries=5)).keep_summaries == 5
 
 
 @pytest.mark.parametrize(
@@ -20,6 +27,7 @@ def test_defaults_are_the_issue_s() -> None:
     [
         {"full_tool_calls": 0},
         {"full_runs": 0},
+        {"keep_summaries": 0},
         {"metric_runs": -1},
         {"dedup_horizon_s": 0},
         {"tier_share": 1.5},

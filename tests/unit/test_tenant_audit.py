@@ -26,6 +26,8 @@ UNSCOPED = {
     ("Store", "shrink_tool_results"): "retention (dormant gc): operator only, no server route",
     ("StoreCore", "prune_history"): "retention (dormant gc): operator only, no server route",
     ("Store", "prune_history"): "retention (dormant gc): operator only, no server route",
+    ("StoreCore", "prune_summaries"): "retention (dormant gc): operator only, no server route",
+    ("Store", "prune_summaries"): "retention (dormant gc): operator only, no server route",
     ("Runtime", "fork"): "time travel: the library's, no server route yet (it must take the tenant then)",
     ("Runtime", "rewind"): "time travel: the library's, no server route yet (it must take the tenant then)",
     ("Runtime", "memory_for"): "the memory of the thread's own tenant (read from its id): library only",

@@ -492,12 +492,20 @@ def retention(
         typer.Option(min=1, envvar="DORMANT_BENCH_HORIZON_S", help="Dedup horizon (simulated seconds)."),
     ] = 3600.0,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/retention"),
+    mode: Annotated[
+        str,
+        typer.Option(
+            envvar="DORMANT_BENCH_MODE", help="Which runs: none, retention or both (none, then retention)."
+        ),
+    ] = "both",
 ) -> None:
     """Store size over TURNS tool turns of one agent (OUTPUT_KB KB outputs), without and with retention."""
     import asyncio
 
-    from .retention import bench
+    from .retention import MODES, bench
 
+    if mode not in (*MODES, "both"):
+        raise typer.BadParameter(f"one of none, retention, both; not {mode!r}", param_hint="--mode")
     summary = asyncio.run(
         bench(
             out,
@@ -508,6 +516,7 @@ def retention(
             sample_every=sample_every,
             turn_s=turn_s,
             horizon_s=horizon_s,
+            modes=MODES if mode == "both" else (mode,),
         )
     )
     Console().print_json(json.dumps(summary))

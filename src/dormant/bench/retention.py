@@ -8,8 +8,9 @@ writes a compaction summary of the history before it, as the runtime's compactio
 does once a thread's history passes its view budget. Time is simulated: a turn takes
 ``turn_s`` seconds of the store's clock, so the dedup horizon (``horizon_s``) passes
 within the run. The store is a SQLite file; its size is ``page_count x page_size``
-minus free pages (what the data takes). Written: one CSV row per sample and
-``summary.json`` per mode, in OUT.
+minus free pages (what the data takes). ``modes`` picks which runs (``none``,
+``retention`` or both). Written: one CSV row per sample and ``summary.json`` per mode,
+in OUT.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from ..slice import input_message
 from ..store.sqlite import SQLiteStore
 
 THREAD = "agent"
+#: The modes :func:`bench` can run, in the order it runs them.
+MODES = ("none", "retention")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,16 @@ def sizes(path: Path) -> tuple[int, int]:
     finally:
         conn.close()
     return (pages - free) * page, pages * page
+
+
+def summary_rows(path: Path) -> int:
+    """How many compaction summaries a SQLite store keeps (read on a connection of its own)."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        ((count,),) = conn.execute("SELECT count(*) FROM summaries").fetchall()
+    finally:
+        conn.close()
+    return int(str(count))
 
 
 class SimClock:
@@ -163,8 +176,12 @@ async def bench(
     sample_every: int,
     turn_s: float = 60.0,
     horizon_s: float = 3600.0,
+    modes: tuple[str, ...] = MODES,
 ) -> dict[str, object]:
-    """Both modes; writes ``samples.csv`` and ``summary.json``; the summary."""
+    """The ``modes`` (both by default), in :data:`MODES` order; writes ``samples.csv``
+    and ``summary.json``; the summary. ValueError for an unknown or no mode."""
+    if not modes or not set(modes) <= set(MODES):
+        raise ValueError(f"modes must be some of {MODES}, not {modes}")
     out.mkdir(parents=True, exist_ok=True)
     samples: list[Sample] = []
     summary: dict[str, object] = {
@@ -175,7 +192,7 @@ async def bench(
         "simulated_seconds_per_turn": turn_s,
         "dedup_horizon_s": horizon_s,
     }
-    for retention in (False, True):
+    for retention in [mode == "retention" for mode in MODES if mode in modes]:
         got = await run_mode(
             out,
             retention=retention,
@@ -195,6 +212,7 @@ async def bench(
             "data_bytes_at_half": half.data_bytes,
             "growth_second_half_bytes": got[-1].data_bytes - half.data_bytes,
             "seconds": got[-1].seconds,
+            "final_summary_rows": summary_rows(out / f"{got[0].mode}.db"),
         }
     with (out / "samples.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(asdict(samples[0])))

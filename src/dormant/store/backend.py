@@ -351,6 +351,15 @@ class Backend(Protocol):
         transaction; how many."""
         ...
 
+    async def prune_summaries(self, thread_id: str, keep: int, limit: int) -> int:
+        """Delete up to ``limit`` of the thread's summaries, oldest first, that nothing
+        can read any more: not among its ``keep`` (>= 1) newest nor the one its views
+        start from (``summary_seq``); superseded by a summary made at or before its
+        oldest stored message (a fork at any stored seq inherits that one or a newer);
+        and inherited by no child (one spawned at a ``parent_seq`` at or after the
+        summary's ``made_at_seq`` and before its successor's). One transaction; how many."""
+        ...
+
     async def drop_superseded(self, thread_id: str, upto_run: int, limit: int) -> int:
         """Delete up to ``limit`` change records of runs <= ``upto_run`` that a later
         change of the same key in the same run supersedes (one transaction); how many."""

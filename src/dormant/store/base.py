@@ -289,6 +289,11 @@ class Store(Protocol):
         ``limit`` messages at most; how many messages."""
         ...
 
+    async def prune_summaries(self, thread_id: str, *, keep: int, limit: int) -> int:
+        """Retention: delete up to ``limit`` superseded summaries of the thread that no
+        view, child or fork at a stored seq can read (its ``keep`` newest stay); how many."""
+        ...
+
     async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
         """Retention: forget up to ``limit`` dedup keys admitted before ``before`` whose
         input was consumed and that no outbox entry names; how many."""

@@ -50,6 +50,7 @@ from ..registers import is_binding_key
 from . import tenancy
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
+from .core_retention import SummaryRetention
 from .core_tenants import TenantRules
 from .journal import StateJournal
 from .rows import MAX_ROW_STATE_BYTES, row_state
@@ -162,7 +163,7 @@ def check_plan(plan: CommitPlan) -> None:
         raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
 
 
-class StoreCore(TenantRules):
+class StoreCore(TenantRules, SummaryRetention):
     """The :class:`~dormant.store.base.Store` over one backend.
 
     ``views`` is the view cache (created from ``view_cache_bytes`` and

@@ -141,6 +141,7 @@ class PostgresBackend(BackendDefaults):
         self.shrink_tool_results = r.shrink_tool_results
         self.prune_history = r.prune_history
         self.prune_dedup_keys = r.prune_dedup_keys
+        self.prune_summaries = r.prune_summaries
         self.drop_superseded = r.drop_superseded
         self.last_change_of_run = r.last_change_of_run
         self.full_checkpoint_upto = r.full_checkpoint_upto

@@ -135,6 +135,12 @@ class PgRetention:
         result: int = await self.write(job, 256)
         return result
 
+    async def prune_summaries(self, thread_id: str, keep: int, limit: int) -> int:
+        """Delete up to ``limit`` summaries nothing can read any more; how many."""
+        params = {"id": thread_id, "keep": keep, "limit": limit}
+        result: int = await self.write(Job(sql.PRUNE_SUMMARIES, params, lambda rows, count: count), 256)
+        return result
+
     async def drop_superseded(self, thread_id: str, upto_run: int, limit: int) -> int:
         """Delete superseded change records of runs <= ``upto_run``; how many."""
         params = {"id": thread_id, "run": upto_run, "limit": limit}

@@ -472,6 +472,20 @@ DELETE FROM input_keys WHERE (thread_id, dedup_key) IN (
   ORDER BY k.admitted_at LIMIT %(limit)s
   FOR UPDATE OF k SKIP LOCKED)
 """
+# Summaries no view, child or fork at a stored seq can read (see the SQLite twin).
+PRUNE_SUMMARIES = """
+WITH s AS (
+  SELECT upto_seq, made_at_seq, lead(made_at_seq) OVER (ORDER BY upto_seq) AS next_made,
+         row_number() OVER (ORDER BY upto_seq DESC) AS newer
+  FROM summaries WHERE thread_id = %(id)s)
+DELETE FROM summaries WHERE thread_id = %(id)s AND upto_seq IN (
+  SELECT s.upto_seq FROM s, threads t
+  WHERE t.id = %(id)s AND s.newer > %(keep)s AND s.upto_seq < t.summary_seq
+    AND s.next_made <= coalesce((SELECT min(m.seq) FROM messages m WHERE m.thread_id = %(id)s), t.last_seq)
+    AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = %(id)s
+                    AND c.parent_seq >= s.made_at_seq AND c.parent_seq < s.next_made)
+  ORDER BY s.upto_seq LIMIT %(limit)s)
+"""
 DROP_SUPERSEDED = """
 DELETE FROM state_journal WHERE thread_id = %(id)s AND seq IN (
   SELECT j.seq FROM state_journal j

@@ -102,6 +102,23 @@ DELETE FROM input_keys WHERE (thread_id, dedup_key) IN (
     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.thread_id = k.thread_id AND o.call_id = k.dedup_key)
   ORDER BY k.admitted_at LIMIT ?2)
 """
+# Summaries of thread ?1 that nothing can read any more, the oldest ?3: all but its ?2
+# newest (and never the one its views start from), whose successor was made at or
+# before its oldest stored message (so a fork at any stored seq inherits a newer one),
+# and that no child inherits (spawned at or after it was made, before its successor was).
+PRUNE_SUMMARIES = """
+WITH s AS (
+  SELECT upto_seq, made_at_seq, lead(made_at_seq) OVER (ORDER BY upto_seq) AS next_made,
+         row_number() OVER (ORDER BY upto_seq DESC) AS newer
+  FROM summaries WHERE thread_id = ?1)
+DELETE FROM summaries WHERE thread_id = ?1 AND upto_seq IN (
+  SELECT s.upto_seq FROM s, threads t
+  WHERE t.id = ?1 AND s.newer > ?2 AND s.upto_seq < t.summary_seq
+    AND s.next_made <= coalesce((SELECT min(m.seq) FROM messages m WHERE m.thread_id = ?1), t.last_seq)
+    AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_id = ?1
+                    AND c.parent_seq >= s.made_at_seq AND c.parent_seq < s.next_made)
+  ORDER BY s.upto_seq LIMIT ?3)
+"""
 # change records of runs <= ?2 that a later change of the same key in the same run supersedes
 DROP_SUPERSEDED = """
 DELETE FROM state_journal WHERE thread_id = ?1 AND seq IN (

@@ -94,6 +94,17 @@ class SQLiteRetention:
         result: int = await self._write(job, 256)
         return result
 
+    async def prune_summaries(self, thread_id: str, keep: int, limit: int) -> int:
+        """Delete up to ``limit`` summaries nothing can read any more (see the Backend
+        protocol); how many."""
+
+        def job(conn: Conn) -> int:
+            conn.execute(journal_sql.PRUNE_SUMMARIES, (thread_id, keep, limit))
+            return int(conn.changes())
+
+        result: int = await self._write(job, 256)
+        return result
+
     async def drop_superseded(self, thread_id: str, upto_run: int, limit: int) -> int:
         """Delete up to ``limit`` change records of runs <= ``upto_run`` that a later change
         of the same key in the same run supersedes; how many."""
