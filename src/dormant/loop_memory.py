@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,7 +35,7 @@ from . import journal, registers, sections, state_events
 from .errors import InvalidInput
 from .facts import Fact
 from .memory.core import HYBRID, RecallMode
-from .memory.records import MemoryKind, NewMemory, Recall
+from .memory.records import MemoryKind, MemoryRecord, NewMemory, Recall
 from .records import CommitPlan, NewInput, SliceLoad
 from .store.rows import state_row
 from .store.tenancy import tenant_of
@@ -221,11 +221,12 @@ class LoopMemory:
         if options.recall:
             query = " ".join(item.content for item in load.inputs if item.kind != "tool_result")
             mode = HYBRID if options.recall_vectors else TEXT_ONLY
-            # recall and the profile read run at once (each in a worker thread)
-            found, profile_entries = await asyncio.gather(
-                memory.recall([subject], query[-QUERY_CHARS:], k=options.recall_k, mode=mode),
-                profile(memory, subject),
+            # recall and the profile read run as one job in one worker thread: two jobs
+            # would each wait for the event loop's hand-off and for the interpreter lock
+            found, profile_records = await asyncio.to_thread(
+                _recall_and_profile, memory, subject, query[-QUERY_CHARS:], options.recall_k, mode
             )
+            profile_entries = profile_of(profile_records)
             degraded = found.degraded
             for hit in found.hits:
                 record = hit.record
@@ -305,15 +306,35 @@ class LoopMemory:
         )
 
 
+def _recall_and_profile(
+    memory: Memory, subject: str, query: str, k: int, mode: RecallMode
+) -> tuple[Recall, Sequence[MemoryRecord]]:
+    """The subject's best ``k`` memories for ``query`` and its newest profile records
+    (blocking: run in a worker thread)."""
+    from .memory.ranking import FilterSpec
+
+    found = memory.core.recall(memory.tenant, [subject], query, k=k, mode=mode)
+    page = memory.core.list(
+        memory.tenant, [subject], spec=FilterSpec(kinds=frozenset({"profile"})), limit=PROFILE_LIMIT
+    )
+    return found, page.items
+
+
 async def profile(memory: Memory, subject: str) -> list[tuple[str, str]]:
     """The subject's long-term register: ``(key, JSON value)`` of its valid profile
     records that carry a register key (newest first, at most :data:`PROFILE_LIMIT`)."""
     from .memory.ranking import FilterSpec
 
     page = await memory.list([subject], spec=FilterSpec(kinds=frozenset({"profile"})), limit=PROFILE_LIMIT)
+    return profile_of(page.items)
+
+
+def profile_of(records: Sequence[MemoryRecord]) -> list[tuple[str, str]]:
+    """The long-term register in ``records`` (newest first): ``(key, JSON value)`` of
+    those that carry a register key, the newest of each key, cleared keys left out."""
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for record in page.items:
+    for record in records:
         key = record.tags.get(LSR_TAG)
         if isinstance(key, str) and key not in seen:
             seen.add(key)
