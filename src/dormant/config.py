@@ -70,7 +70,7 @@ class Settings(BaseModel):
         description="share of a view (tokens and bytes) kept verbatim after the summary when compacting",
     )
     view_cache_bytes: int = Field(
-        32 * 1024 * 1024, ge=0, description="RAM for cached views (0 disables the cache)"
+        24 * 1024 * 1024, ge=0, description="RAM for cached views (0 disables the cache)"
     )
     view_spill_bytes: int = Field(
         256 * 1024 * 1024,

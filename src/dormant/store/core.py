@@ -66,7 +66,7 @@ _log = logging.getLogger(__name__)
 RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is kept]"
 
 #: Default byte budget of the view cache when none is handed in.
-DEFAULT_VIEW_CACHE_BYTES = 32 * 1024 * 1024
+DEFAULT_VIEW_CACHE_BYTES = 24 * 1024 * 1024
 #: Disk for views evicted from RAM (:mod:`dormant.spill`).
 DEFAULT_VIEW_SPILL_BYTES = 256 * 1024 * 1024
 #: Most characters of a thread's ``wait_reason`` kept.
