@@ -44,28 +44,18 @@ KEEP_BUFFER = 1024 * 1024
 _Payload = tuple[tuple[Message, ...], Summary | None]
 
 
+#: What a spilled view was current for: born, last_seq, summary_seq, limits, and the
+#: view's inherited count and usage (the RAM tier's entry, less the view itself).
+Meta = tuple[float, int, int, ViewLimits, int, tuple[int, int]]
+
+
 class Spilled:
-    """What a spilled view was current for, and where its bytes are."""
+    """A spilled view's :data:`Meta` and where its bytes are."""
 
-    __slots__ = ("born", "inherited", "last_seq", "length", "limits", "pos", "summary_seq", "usage")
+    __slots__ = ("length", "meta", "pos")
 
-    def __init__(
-        self,
-        born: float,
-        last_seq: int,
-        summary_seq: int,
-        limits: ViewLimits,
-        inherited: int,
-        usage: tuple[int, int],
-        pos: int,
-        length: int,
-    ) -> None:
-        self.born = born
-        self.last_seq = last_seq
-        self.summary_seq = summary_seq
-        self.limits = limits
-        self.inherited = inherited
-        self.usage = usage
+    def __init__(self, meta: Meta, pos: int, length: int) -> None:
+        self.meta = meta
         self.pos = pos  # logical: grows forever; the file offset is pos % max_bytes
         self.length = length
 
@@ -97,12 +87,12 @@ class ViewSpill:
     def put(
         self,
         thread_id: str,
-        spilled: tuple[float, int, int, ViewLimits, int, tuple[int, int]],
+        meta: Meta,
         view: tuple[Message, ...],
         summary: Summary | None,
     ) -> None:
-        """Keep ``view`` (current at ``spilled``: born, last_seq, summary_seq, limits,
-        inherited, usage) for ``thread_id``, replacing what was kept for it."""
+        """Keep ``view`` (current at ``meta``) for ``thread_id``, replacing what was kept
+        for it."""
         self.discard(thread_id)
         if not self.enabled:
             return
@@ -121,10 +111,7 @@ class ViewSpill:
         except OSError as exc:
             self._fail(exc)
             return
-        born, last_seq, summary_seq, limits, inherited, usage = spilled
-        self._index[thread_id] = Spilled(
-            born, last_seq, summary_seq, limits, inherited, usage, self._head, len(data)
-        )
+        self._index[thread_id] = Spilled(meta, self._head, len(data))
         self._head += len(data)
         self.writes += 1
         self.bytes_written += len(data)
@@ -138,13 +125,7 @@ class ViewSpill:
         entry = self._index.get(thread_id)
         if entry is None:
             return None
-        if (
-            entry.born != born
-            or entry.last_seq != last_seq
-            or entry.summary_seq != summary_seq
-            or entry.limits != limits
-            or entry.pos < self._head - self.max_bytes
-        ):
+        if entry.meta[:4] != (born, last_seq, summary_seq, limits) or entry.pos < self._head - self.max_bytes:
             self.discard(thread_id)
             return None
         try:
@@ -157,7 +138,7 @@ class ViewSpill:
             self.discard(thread_id)
             return None
         self.hits += 1
-        return view, summary, entry.inherited, entry.usage
+        return view, summary, entry.meta[4], entry.meta[5]
 
     def discard(self, thread_id: str) -> None:
         """Forget what was kept for ``thread_id``."""

@@ -17,6 +17,8 @@ from dormant.store.postgres.embedded import with_schema
 from dormant.store.postgres.schema import SCHEMA
 from tests.pg import PgServer
 
+from .thread_state_rows import CHANGES, STATE_AFTER, THREADS, check_subjects
+
 PACKAGE = Path(pg_store.__file__).parent
 SCHEMA_FILE = PACKAGE / "schema.sql"
 SNAPSHOTS = Path(__file__).with_name("schemas") / "postgres"
@@ -160,25 +162,14 @@ async def test_schema_11_leaves_journaled_threads_to_a_replay_and_finds_their_su
     old = pg.fresh_url("old")
     raw(old, (SNAPSHOTS / "v10.sql").read_text())
     raw(old, "INSERT INTO schema_version (version) VALUES (10)")
-    for thread in ("journaled", "plain", "also"):
+    for thread in THREADS:
         raw(old, "INSERT INTO threads (id, agent, created_at, updated_at) VALUES (%s, 'a', 1, 1)", (thread,))
-    changes = [
-        ("journaled", 1, "add", "_subject", '"b1_old"'),
-        ("journaled", 2, "update", "_subject", '"b1_new"'),
-        ("journaled", 3, "add", "tsr:order_id", '{"v": "ORD-1", "turn": 1}'),
-        ("also", 1, "add", "_subject", '"b1_new"'),
-    ]
-    for change in changes:
+    for change in CHANGES:
         raw(
             old,
             "INSERT INTO state_journal (thread_id, seq, kind, key, value, created_at) "
             "VALUES (%s, %s, %s, %s, %s, 1)",
             change,
         )
-    store = await opened(old)
-    try:
-        assert await store.subject_threads("also", "b1_new") == ["journaled"]
-        assert await store.subject_threads("journaled", "b1_old") == []
-    finally:
-        await store.close()
-    assert dict(raw(old, "SELECT id, state FROM threads")) == {"journaled": None, "plain": "{}", "also": None}
+    await check_subjects(await opened(old))
+    assert dict(raw(old, "SELECT id, state FROM threads")) == STATE_AFTER

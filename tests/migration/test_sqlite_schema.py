@@ -17,6 +17,8 @@ from dormant.store.sqlite import SCHEMA_VERSION, SQLiteStore
 from dormant.store.sqlite import connect as sqlite_connect
 from tests.helpers import all_messages
 
+from .thread_state_rows import CHANGES, STATE_AFTER, THREADS, check_subjects
+
 SCHEMA_FILE = Path(sqlite_connect.__file__).with_name("schema.sql")
 SNAPSHOTS = Path(__file__).with_name("schemas")
 
@@ -307,17 +309,11 @@ async def test_schema_9_leaves_journaled_threads_to_a_replay_and_finds_their_sub
     build(db, (SNAPSHOTS / "v8.sql").read_text(), 8)
     conn = apsw.Connection(str(db))
     try:
-        for thread in ("journaled", "plain", "also"):
+        for thread in THREADS:
             conn.execute(
                 "INSERT INTO threads (id, agent, created_at, updated_at) VALUES (?, 'a', 1.0, 1.0)", (thread,)
             )
-        changes = [
-            ("journaled", 1, "add", "_subject", '"b1_old"'),
-            ("journaled", 2, "update", "_subject", '"b1_new"'),
-            ("journaled", 3, "add", "tsr:order_id", '{"v": "ORD-1", "turn": 1}'),
-            ("also", 1, "add", "_subject", '"b1_new"'),
-        ]
-        for change in changes:
+        for change in CHANGES:
             conn.execute(
                 "INSERT INTO state_journal (thread_id, seq, kind, key, value, created_at) "
                 "VALUES (?, ?, ?, ?, ?, 1.0)",
@@ -327,10 +323,5 @@ async def test_schema_9_leaves_journaled_threads_to_a_replay_and_finds_their_sub
         conn.close()
     store = SQLiteStore(url(db))
     await store.open()
-    try:
-        assert await store.subject_threads("also", "b1_new") == ["journaled"]
-        assert await store.subject_threads("journaled", "b1_old") == []
-    finally:
-        await store.close()
-    rows = dict(raw(db, "SELECT id, state FROM threads"))
-    assert rows == {"journaled": None, "plain": "{}", "also": None}
+    await check_subjects(store)
+    assert dict(raw(db, "SELECT id, state FROM threads")) == STATE_AFTER
