@@ -23,7 +23,7 @@ import msgspec
 
 from .context import MESSAGE_OVERHEAD, _extend, summary_bytes, view_usage
 from .records import Message, Summary, Thread, ViewLimits
-from .spill import ViewSpill
+from .spill import Meta, ViewSpill
 
 
 class CacheStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,6 +70,11 @@ class _Entry:
         self.cost = usage[1] + summary_bytes(summary) + MESSAGE_OVERHEAD * (len(view) + 1)
 
 
+def _meta(entry: _Entry) -> Meta:
+    """What the spill file keeps of ``entry`` beside its view."""
+    return entry.born, entry.last_seq, entry.summary_seq, entry.limits, entry.inherited, entry.usage
+
+
 #: While the cache is full, one refused re-admission in this many is let in anyway,
 #: so the resident set still turns over (see :meth:`ViewCache.put`).
 ADMIT_EVERY = 16
@@ -106,7 +111,7 @@ class ViewCache:
         self._ghosts: OrderedDict[str, None] = OrderedDict()
         self.ghost_bytes = 0
         #: the second tier: views evicted from RAM, on disk (off when ``spill_bytes`` is 0)
-        self.spill = ViewSpill(spill_bytes, max_entries)
+        self.spill = ViewSpill(spill_bytes, max_entries, max_index_bytes=max(1 << 20, max_bytes // GHOST_SHARE))
         # views scan resistance kept out of RAM, lent to the slices running on them
         self._lent: OrderedDict[str, _Entry] = OrderedDict()
         self.lent_bytes = 0
@@ -227,12 +232,7 @@ class ViewCache:
 
     def _spill_out(self, thread_id: str, entry: _Entry) -> None:
         if self.spill.enabled:
-            self.spill.put(
-                thread_id,
-                (entry.born, entry.last_seq, entry.summary_seq, entry.limits, entry.inherited, entry.usage),
-                entry.view,
-                entry.summary,
-            )
+            self.spill.put(thread_id, _meta(entry), entry.view, entry.summary)
 
     def _trim_ghosts(self) -> None:
         most, budget = 2 * len(self._entries) + 64, self.max_bytes // GHOST_SHARE
@@ -269,10 +269,20 @@ class ViewCache:
             inherited,
             usage,
         )
-        if lent:
-            self._spill_out(thread_id, extended)
-        else:
+        if not lent:
             self._store(thread_id, extended)
+            return
+        # kept out of RAM: its spilled chain takes the new messages (as the view shows
+        # them), else the view is written whole
+        dropped = len(entry.view) + len(messages) - len(view)
+        current = (entry.born, entry.last_seq, entry.summary_seq, entry.limits)
+        if not (
+            0 <= dropped <= len(entry.view)
+            and self.spill.extend(
+                thread_id, current, _meta(extended), view[len(entry.view) - dropped :], dropped
+            )
+        ):
+            self._spill_out(thread_id, extended)
 
     def discard(self, thread_id: str) -> None:
         """Forget ``thread_id``'s view."""

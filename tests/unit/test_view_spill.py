@@ -10,7 +10,7 @@ import pytest
 from dormant.cache import ViewCache
 from dormant.context import view_usage
 from dormant.records import Message, Thread, ViewLimits
-from dormant.spill import ViewSpill
+from dormant.spill import MAX_SEGMENTS, MAX_SKIP, ViewSpill
 
 LIMITS = ViewLimits()
 
@@ -117,4 +117,82 @@ def test_discarding_a_thread_forgets_its_spilled_view() -> None:
     cache.put(row("b", 1), LIMITS, view(1))
     cache.discard("a")
     assert cache.lookup(row("a", 3), LIMITS) is None
+    cache.close()
+
+
+def meta(last_seq: int, v: tuple[Message, ...]) -> tuple[float, int, int, ViewLimits, int, tuple[int, int]]:
+    return (1.0, last_seq, 0, LIMITS, 0, usage(v))
+
+
+def test_a_kept_view_is_extended_by_writing_only_the_new_messages() -> None:
+    spill = ViewSpill(1 << 20)
+    v = view(6, size=1000)
+    spill.put("t", meta(6, v), v, None)
+    whole = spill.bytes_written
+    for last in range(7, 7 + MAX_SEGMENTS - 1):
+        added = (Message(seq=last, role="assistant", content=f"reply {last}"),)
+        current = (1.0, last - 1, 0, LIMITS)
+        assert spill.extend("t", current, meta(last, v[2:] + added), added, 1)
+        v = v[1:] + added  # one message left the view's start, one joined its end
+        found = spill.get("t", 1.0, last, 0, LIMITS)
+        assert found is not None and found[0] == v, "the chain reads back as the view"
+    assert spill.bytes_written - whole < whole, "each extension wrote its message, not the view"
+    full = (Message(seq=99, role="user", content="x"),)
+    assert not spill.extend("t", (1.0, 6 + MAX_SEGMENTS - 1, 0, LIMITS), meta(99, v), full, 0), "chain full"
+    spill.close()
+
+
+def test_an_extension_is_refused_when_stale_or_dropping_too_much() -> None:
+    spill = ViewSpill(1 << 20)
+    v = view(4)
+    spill.put("t", meta(4, v), v, None)
+    added = (Message(seq=5, role="user", content="x"),)
+    assert not spill.extend("t", (1.0, 3, 0, LIMITS), meta(5, v), added, 0), "not current at that row"
+    assert not spill.extend("u", (1.0, 4, 0, LIMITS), meta(5, v), added, 0), "nothing kept"
+    assert not spill.extend("t", (1.0, 4, 0, LIMITS), meta(5, v), added, MAX_SKIP + 1), "too much skipped"
+    assert spill.get("t", 1.0, 4, 0, LIMITS) is not None, "a refused extension leaves the view as it was"
+    spill.close()
+
+
+def test_an_extension_that_outlives_its_chains_start_in_the_ring_drops_it() -> None:
+    spill = ViewSpill(64 * 1024)
+    v = view(4, size=1000)
+    spill.put("t", meta(4, v), v, None)
+    for i in range(20):  # other views overwrite the ring, t's base among them
+        spill.put(f"o{i}", meta(4, v), v, None)
+    added = (Message(seq=5, role="user", content="x"),)
+    assert not spill.extend("t", (1.0, 4, 0, LIMITS), meta(5, v), added, 0)
+    assert spill.get("t", 1.0, 5, 0, LIMITS) is None
+    spill.close()
+
+
+def test_the_index_is_bounded_in_bytes() -> None:
+    spill = ViewSpill(1 << 24, max_index_bytes=64 * 1024)
+    v = view(1, size=10)
+    for i in range(2000):
+        spill.put(f"thread-{i}", meta(1, v), v, None)
+        assert spill.index_bytes <= 64 * 1024
+    assert 64 <= len(spill) < 2000, "the newest views stay, as many as the budget holds"
+    assert spill.get("thread-1999", 1.0, 1, 0, LIMITS) is not None
+    spill.close()
+    assert spill.index_bytes == 0
+
+
+def test_a_refused_views_later_commits_append_to_its_spilled_chain() -> None:
+    cache = ViewCache(max_bytes=10**9, max_entries=1, spill_bytes=1 << 20)
+    first = view(8, size=2000)
+    cache.put(row("a", 8), LIMITS, first)
+    cache.put(row("b", 1), LIMITS, view(1))  # a evicted to the spill file, whole
+    expected, seq = first, 8
+    for _ in range(3):  # each slice of a: a miss served by the spill file, kept out of RAM
+        assert cache.lookup(row("a", seq), LIMITS) is not None
+        assert "a" not in cache._entries
+        written = cache.spill.bytes_written
+        new = (Message(seq=seq + 1, role="user", content="next"),)
+        cache.advance("a", new)
+        seq += 1
+        expected += new
+        assert cache.spill.bytes_written - written < 200, "only the new message was written"
+    found = cache.lookup(row("a", seq), LIMITS)
+    assert found is not None and found[0] == expected
     cache.close()
