@@ -111,7 +111,8 @@ class ViewCache:
         self._ghosts: OrderedDict[str, None] = OrderedDict()
         self.ghost_bytes = 0
         #: the second tier: views evicted from RAM, on disk (off when ``spill_bytes`` is 0)
-        self.spill = ViewSpill(spill_bytes, max_entries, max_index_bytes=max(1 << 20, max_bytes // GHOST_SHARE))
+        index_bytes = max(1 << 20, max_bytes // GHOST_SHARE)
+        self.spill = ViewSpill(spill_bytes, max_entries, max_index_bytes=index_bytes)
         # views scan resistance kept out of RAM, lent to the slices running on them
         self._lent: OrderedDict[str, _Entry] = OrderedDict()
         self.lent_bytes = 0

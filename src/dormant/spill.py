@@ -254,7 +254,8 @@ class ViewSpill:
         index = self._index
         while index:
             first = next(iter(index.values()))
-            if first.pos >= oldest and len(index) <= self.max_entries and self.index_bytes <= self.max_index_bytes:
+            within = len(index) <= self.max_entries and self.index_bytes <= self.max_index_bytes
+            if first.pos >= oldest and within:
                 break
             _, dropped = index.popitem(last=False)
             self.index_bytes -= dropped.cost
