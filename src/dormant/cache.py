@@ -86,6 +86,9 @@ LENT_SHARE = 2
 GHOST_OVERHEAD = 100
 #: That memory takes at most 1/GHOST_SHARE of the cache's byte budget.
 GHOST_SHARE = 16
+#: The spill file's index (RAM, one entry per spilled view) takes at most 1/SPILL_INDEX_SHARE
+#: of the byte budget (at least 256 KiB): ~1,270 views at the 24 MiB default.
+SPILL_INDEX_SHARE = 32
 
 
 class ViewCache:
@@ -111,7 +114,7 @@ class ViewCache:
         self._ghosts: OrderedDict[str, None] = OrderedDict()
         self.ghost_bytes = 0
         #: the second tier: views evicted from RAM, on disk (off when ``spill_bytes`` is 0)
-        index_bytes = max(1 << 20, max_bytes // GHOST_SHARE)
+        index_bytes = max(1 << 18, max_bytes // SPILL_INDEX_SHARE)
         self.spill = ViewSpill(spill_bytes, max_entries, max_index_bytes=index_bytes)
         # views scan resistance kept out of RAM, lent to the slices running on them
         self._lent: OrderedDict[str, _Entry] = OrderedDict()
@@ -274,14 +277,15 @@ class ViewCache:
             self._store(thread_id, extended)
             return
         # kept out of RAM: its spilled chain takes the new messages (as the view shows
-        # them), else the view is written whole
+        # them) if what stays of the old view is unchanged (extending may have counted
+        # its messages' tokens: then the chain's copies are stale), else it is written whole
         dropped = len(entry.view) + len(messages) - len(view)
+        kept = len(entry.view) - dropped
         current = (entry.born, entry.last_seq, entry.summary_seq, entry.limits)
         if not (
-            0 <= dropped <= len(entry.view)
-            and self.spill.extend(
-                thread_id, current, _meta(extended), view[len(entry.view) - dropped :], dropped
-            )
+            0 <= kept <= len(view)
+            and view[:kept] == entry.view[dropped:]  # identical objects: no field is compared
+            and self.spill.extend(thread_id, current, _meta(extended), view[kept:], dropped)
         ):
             self._spill_out(thread_id, extended)
 

@@ -196,3 +196,23 @@ def test_a_refused_views_later_commits_append_to_its_spilled_chain() -> None:
     found = cache.lookup(row("a", seq), LIMITS)
     assert found is not None and found[0] == expected
     cache.close()
+
+
+def test_a_chain_is_written_whole_when_extending_counted_the_views_own_messages() -> None:
+    # limits that count: the new message makes the byte bounds pass the token budget, so
+    # extending counts the view's uncounted messages exactly; the chain's copies of them
+    # are uncounted, so it must not just take the new message
+    limits = ViewLimits(max_tokens=120)
+    assert limits.counts_tokens
+    cache = ViewCache(max_bytes=10**9, max_entries=1, spill_bytes=1 << 20)
+    old = tuple(Message(seq=i, role="user", content="hello there " * 3) for i in (1, 2))
+    cache.put(row("a", 2), limits, old)
+    cache.put(row("b", 1), limits, view(1))  # a evicted to the spill file
+    assert cache.lookup(row("a", 2), limits) is not None and "a" not in cache._entries
+    cache.advance("a", (Message(seq=3, role="assistant", content="a longer reply " * 5),))
+    found = cache.lookup(row("a", 3), limits)
+    assert found is not None
+    got, _, _, got_usage = found
+    assert [m.seq for m in got] == [1, 2, 3] and all(m.tokens for m in got), "counted while extending"
+    assert got_usage == view_usage(got, counting=True), "the usage kept is the view's own"
+    cache.close()
