@@ -3,9 +3,12 @@ identity parts at admission; each tenant sees only its own memory."""
 
 from __future__ import annotations
 
+import json
+
 from dormant.agent import Agent
 from dormant.memory import HashingEmbedder
-from dormant.models import echo_model
+from dormant.models import ModelReply, ModelRequest, ScriptedModel, echo_model
+from dormant.records import ToolCall
 from dormant.subject import SubjectOptions
 from tests.helpers import eventually
 from tests.server.support import Served, serve
@@ -152,3 +155,37 @@ async def test_bad_memory_bodies_get_422() -> None:
         anon = s.client("")
         async with anon:
             assert (await anon.post("/v1/memory/bind", json={"identity": PHONE})).status_code == 401
+
+
+def _set_state(req: ModelRequest) -> ModelReply:
+    last = req.messages[-1]
+    if last.role == "user":  # "KEY=VALUE": set it (long term for "language")
+        key, value = last.content.split("=", 1)
+        args = {"key": key, "value": value}
+        return ModelReply(text="", tool_calls=(ToolCall(id=f"s-{key}", name="set_state", arguments=json.dumps(args)),))
+    return ModelReply(text="noted")
+
+
+async def test_a_threads_registers_are_readable_by_its_tenant_only() -> None:
+    model = ScriptedModel(_set_state)
+    registered = [Agent(name="assistant", model=model, subject=SubjectOptions(long_term=frozenset({"language"})))]
+    async with serve(registered) as s, hashing(s).client() as a, s.client(s.key_b) as b:
+        key = (await a.post("/v1/memory/bind", json={"identity": PHONE})).json()["key"]
+        for text in ("order_id=ORD-7892", "language=pt-PT"):
+            r = await a.post("/v1/threads/t1/inputs", json={"content": text, "identity": PHONE})
+            assert r.status_code == 202, r.text
+        tenant = await s.runtime.store.authenticate(s.key_a)
+
+        async def both_set() -> bool:
+            regs = await s.runtime.registers(f"{tenant.id}/t1")
+            return "language" in regs["long_term"] and "order_id" in regs["short_term"]
+
+        await eventually(both_set)
+        r = await a.get("/v1/threads/t1/registers")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["subject"] == key and body["turn"] == 2
+        assert body["short_term"]["order_id"] == "ORD-7892"
+        assert body["long_term"] == {"language": "pt-PT"}
+        assert (await b.get("/v1/threads/t1/registers")).status_code == 404, "another tenant's thread"
+        assert (await a.get("/v1/threads/nope/registers")).status_code == 404

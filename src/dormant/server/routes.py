@@ -28,6 +28,7 @@ from .schemas import (
     InputCreate,
     MessageOut,
     MessagePage,
+    RegistersOut,
     StatusOut,
     ThreadCreate,
     ThreadOut,
@@ -107,6 +108,15 @@ async def get_thread(request: Request, scope: TenantScope, thread_id: str) -> Th
     """One thread's metadata."""
     thread = await runtime_of(request).thread(scope.inner(thread_id), tenant=scope.tenant_id)
     return ThreadOut.of(thread, scope)
+
+
+@router.get("/threads/{thread_id}/registers", response_model=RegistersOut)
+async def get_registers(request: Request, scope: TenantScope, thread_id: str) -> RegistersOut:
+    """A thread's short-term register and its subject's long-term register, as committed."""
+    rt = runtime_of(request)
+    inner = scope.inner(thread_id)
+    await rt.thread(inner, tenant=scope.tenant_id)  # another tenant's thread: 404
+    return RegistersOut(**await rt.registers(inner))
 
 
 @router.delete("/threads/{thread_id}", status_code=204, response_class=Response)

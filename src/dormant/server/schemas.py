@@ -6,7 +6,7 @@ request goes through; records convert to them here and nowhere else.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -108,6 +108,18 @@ class ThreadPage(BaseModel):
 
     items: list[ThreadOut]
     next_cursor: str | None
+
+
+class RegistersOut(BaseModel):
+    """A thread's registers (``Runtime.registers``): its subject (a binding key, or null
+    for a thread without one), its user-turn counter, its short-term register (the
+    entity anchors set in its last turns, key -> value) and its subject's long-term
+    register (the profile, key -> value)."""
+
+    subject: str | None
+    turn: int
+    short_term: dict[str, Any]
+    long_term: dict[str, Any]
 
 
 class InputCreate(Body):
