@@ -162,13 +162,17 @@ def _set_state(req: ModelRequest) -> ModelReply:
     if last.role == "user":  # "KEY=VALUE": set it (long term for "language")
         key, value = last.content.split("=", 1)
         args = {"key": key, "value": value}
-        return ModelReply(text="", tool_calls=(ToolCall(id=f"s-{key}", name="set_state", arguments=json.dumps(args)),))
+        return ModelReply(
+            text="", tool_calls=(ToolCall(id=f"s-{key}", name="set_state", arguments=json.dumps(args)),)
+        )
     return ModelReply(text="noted")
 
 
 async def test_a_threads_registers_are_readable_by_its_tenant_only() -> None:
     model = ScriptedModel(_set_state)
-    registered = [Agent(name="assistant", model=model, subject=SubjectOptions(long_term=frozenset({"language"})))]
+    registered = [
+        Agent(name="assistant", model=model, subject=SubjectOptions(long_term=frozenset({"language"})))
+    ]
     async with serve(registered) as s, hashing(s).client() as a, s.client(s.key_b) as b:
         key = (await a.post("/v1/memory/bind", json={"identity": PHONE})).json()["key"]
         for text in ("order_id=ORD-7892", "language=pt-PT"):
