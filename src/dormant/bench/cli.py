@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .extra import bench_extra_message
-from .scale import load_summary
+from .scale import DEFAULT_VIEW_CACHE_BYTES, load_summary
 
 bench_app = typer.Typer(help="Benchmarks that print figures and write CSV/JSON/PNG.", no_args_is_help=True)
 console = Console()
@@ -114,6 +114,14 @@ def scale(
             "--view-bytes, messages are counted",
         ),
     ] = 0,
+    view_cache_bytes: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="DORMANT_BENCH_VIEW_CACHE_BYTES",
+            help="RAM for cached views (the runtime's DORMANT_VIEW_CACHE_BYTES; its default here)",
+        ),
+    ] = DEFAULT_VIEW_CACHE_BYTES,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/scale"),
     workers: Annotated[
         int,
@@ -146,6 +154,7 @@ def scale(
         "view_messages": view_messages,
         "view_bytes": view_bytes,
         "view_tokens": view_tokens,
+        "view_cache_bytes": view_cache_bytes,
     }
     if workers:
         if "memory" in kinds:

@@ -35,6 +35,9 @@ from ..records import NewInput
 from ..runtime import Runtime
 from ..tools import tool
 
+#: The runtime's default view cache budget (what a user gets without flags).
+DEFAULT_VIEW_CACHE_BYTES: int = Settings.model_fields["view_cache_bytes"].default
+
 ASSISTANT_TEXT = (
     "Reviewed the module and updated the failing case; the assertion now covers the boundary path. "
 )
@@ -160,6 +163,8 @@ class ScaleResult:
     view_tokens: int = 0
     #: whether any view needed an exact count, so the tokenizer (~43 MB) was loaded
     tokenizer_loaded: bool = False
+    #: the view cache's RAM budget of the run
+    view_cache_bytes: int = 0
     turn_latency_ms: list[float] = field(default_factory=list)
     waves: list[WaveRow] = field(default_factory=list)
 
@@ -205,6 +210,7 @@ async def run_scale(
     view_messages: int = 64,
     view_bytes: int = 256 * 1024,
     view_tokens: int = 0,
+    view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
 ) -> ScaleResult:
     """Run the workload on one store; write ``out/waves.csv`` and ``out/summary.json``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -220,6 +226,7 @@ async def run_scale(
         view_messages=view_messages,
         view_bytes=view_bytes,
         view_tokens=view_tokens,
+        view_cache_bytes=view_cache_bytes,
         compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
     )
     trim()
@@ -279,6 +286,7 @@ async def run_scale(
         counts_tokens=limits.counts_tokens,
         view_tokens=limits.max_tokens,
         tokenizer_loaded=tokens.encoding.cache_info().currsize > 0,
+        view_cache_bytes=settings.view_cache_bytes,
         turn_latency_ms=[round(statistics.fmean(turn_times[t]) * 1000, 2) for t in sorted(turn_times)],
         waves=rows,
     )

@@ -28,6 +28,7 @@ from ..config import Settings
 from ..runtime import Runtime
 from ..store import open_store
 from .scale import (
+    DEFAULT_VIEW_CACHE_BYTES,
     make_agent,
     raw_bytes_per_agent,
     rss_bytes,
@@ -52,6 +53,7 @@ async def worker(args: dict[str, Any]) -> None:
         view_messages=args["view_messages"],
         view_bytes=args["view_bytes"],
         view_tokens=args["view_tokens"],
+        view_cache_bytes=args["view_cache_bytes"],
         compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
         worker_id=args["worker_id"],
     )
@@ -112,6 +114,7 @@ async def run_workers_scale(
     view_messages: int = 64,
     view_bytes: int = 256 * 1024,
     view_tokens: int = 0,
+    view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
 ) -> dict[str, Any]:
     """Run the workload with ``workers`` processes; write ``waves.csv`` and ``summary.json``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -130,6 +133,7 @@ async def run_workers_scale(
                 "view_messages": view_messages,
                 "view_bytes": view_bytes,
                 "view_tokens": view_tokens,
+                "view_cache_bytes": view_cache_bytes,
             }
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
