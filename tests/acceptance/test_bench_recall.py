@@ -36,3 +36,19 @@ def test_bench_recall_writes_the_summary(tmp_path: Path) -> None:
     assert quality["subjects"] == 60 and quality["queries"] > 12
     # the hybrid ranks better than recency alone even with hashing vectors
     assert summary["mrr"] > summary["baselines"]["recency_only"]["mrr"]
+
+
+def test_bench_recall_through_slices_names_the_embedder_it_measured(tmp_path: Path) -> None:
+    out = tmp_path / "slices"
+    args = ["bench", "recall", "--slices", "3", "--memories", "200", "--subjects", "40", "--rich", "8",
+            "--embedder", "hashing", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    slices = json.loads((out / "slices.json").read_text())
+    assert slices["embedder"] == slices["latency"]["embedder"] == "hashing-384"
+    assert slices["latency"]["slices_each"] == 3 and slices["latency"]["memories"] == 200
+    assert slices["quality"]["leak_rate"] == 0.0
+    bad = CliRunner().invoke(
+        app, ["bench", "recall", "--slices", "3", "--embedder", "nope", "--out", str(out)]
+    )
+    assert bad.exit_code == 2 and "minilm or hashing" in bad.output

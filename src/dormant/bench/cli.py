@@ -442,21 +442,28 @@ def recall(
 
     With ``--slices N`` the same suite runs through real agent slices (scripted model,
     automatic recall into the prompt) and the slice latency is measured with recall on
-    against off; writes ``OUT/slices.json``.
+    against off, with the ``--embedder`` (default MiniLM: the runtime's default, whose
+    query embedding is part of what recall adds); writes ``OUT/slices.json``.
 
     Writes ``OUT/summary.json``; the suite is described in BENCHMARKS.md.
     """
+    if embedder not in ("minilm", "hashing"):
+        console.print("[red]error:[/] --embedder must be minilm or hashing")
+        raise typer.Exit(2)
     if slices:
         from .loop_recall import run as run_slices
 
-        params = {"subjects": subjects, "rich": rich, "seed": seed, "memories": memories}
+        params = {
+            "subjects": subjects,
+            "rich": rich,
+            "seed": seed,
+            "memories": memories,
+            "embedder": embedder,
+        }
         result = run_slices(out, {**params, "per_subject": 10, "slices": slices})
         console.print_json(json.dumps(result))
         console.print(f"wrote {out / 'slices.json'}")
         return
-    if embedder not in ("minilm", "hashing"):
-        console.print("[red]error:[/] --embedder must be minilm or hashing")
-        raise typer.Exit(2)
     payload = json.dumps(
         {
             "out": str(out),
