@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ToolCall, ViewLimits
-from dormant.slice import input_message
+from dormant.slices.step import input_message
 from dormant.store.base import Store
 
 

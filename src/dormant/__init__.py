@@ -23,7 +23,7 @@ from .models import Model, ModelReply, ModelRequest, ScriptedModel
 from .records import Admission, Message, NewInput, Page, Priority, Thread, ToolCall
 from .runtime import Runtime
 from .store import Store, open_store
-from .tools import ToolContext, ToolSpec, tool
+from .tools.spec import ToolContext, ToolSpec, tool
 
 __version__ = "0.1.0"
 

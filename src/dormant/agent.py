@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 from .models.base import Model
-from .pages import PagePolicy
 from .subject import SubjectOptions
-from .tools import ToolBox, ToolSpec
+from .tools.spec import ToolBox, ToolSpec
+from .view.pages import PagePolicy
 
 #: Most continuations of a cut reply an agent may ask for (each is a whole model call).
 MAX_CONTINUATIONS = 8
@@ -21,7 +21,7 @@ class Agent:
 
     ``builtins`` adds ``spawn_thread``, ``report_to_parent``, ``sleep_until`` and
     ``read_blob`` (pages through a large tool output stored as a blob).
-    ``compaction_prompt`` replaces :data:`dormant.compaction.DEFAULT_PROMPT`; a
+    ``compaction_prompt`` replaces :data:`dormant.slices.compaction.DEFAULT_PROMPT`; a
     ``{max_words}`` in it is filled in.
 
     ``max_spawn_depth`` and ``max_children`` bound ``spawn_thread``: a thread that many
@@ -34,7 +34,7 @@ class Agent:
     slice: the model is shown its cut reply and asked to go on, and the pieces are stored
     as one assistant message (marked cut only if the last piece was cut too). At most
     :data:`MAX_CONTINUATIONS`.
-    ``pages`` is the page manager's policy (:class:`~dormant.pages.PagePolicy`; None:
+    ``pages`` is the page manager's policy (:class:`~dormant.view.pages.PagePolicy`; None:
     from the runtime's settings). ``subject`` (:class:`~dormant.subject.SubjectOptions`)
     makes the agent remember: recall before each model call, state registers, memory
     tools, facts from compaction. None (the default): no memory, no cost.
@@ -62,11 +62,11 @@ class Agent:
             raise UsageError(
                 f"max_continuations must be between 0 and {MAX_CONTINUATIONS}, not {self.max_continuations}"
             )
-        from .builtins import BUILTIN_TOOLS
+        from .tools.builtins import BUILTIN_TOOLS
 
         tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])
         if self.subject is not None:
-            from .memory_tools import MEMORY_TOOLS
+            from .memory.tools import MEMORY_TOOLS
 
             tools += MEMORY_TOOLS
         object.__setattr__(self, "toolbox", ToolBox(tools))

@@ -10,7 +10,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import UsageError
 
@@ -96,36 +104,96 @@ class Settings(BaseModel):
         8, ge=1, le=1000, description="PostgreSQL: read connections per process (+1 writer, +1 listener)"
     )
     worker_id: str | None = Field(None, description="worker name in leases (default host:pid)")
-    # the memory governor (see dormant.governor); shares are fractions of the soft limit
-    memory_governor: bool = Field(True, description="sample RSS and act on the memory levels")
-    memory_limit: int = Field(
-        0, ge=0, description="hard memory limit in bytes, K/M/G suffixes accepted (0: cgroup, else RAM)"
+    # the RSS governor (see dormant.governor.levels); shares are fractions of the soft limit. Each
+    # rss_* setting also answers to its earlier name, memory_* (DORMANT_MEMORY_*): see RSS_ALIASES
+    rss_governor: bool = Field(
+        validation_alias=AliasChoices("rss_governor", "memory_governor"),
+        default=True,
+        description="sample RSS and act on the RSS levels",
     )
-    memory_warn: float = Field(0.60, gt=0, lt=1, description="warn level: share of the soft limit")
-    memory_intervene: float = Field(
-        0.75, gt=0, lt=1, description="intervene level (stop claiming, shrink caches, halve concurrency)"
+    rss_limit: int = Field(
+        validation_alias=AliasChoices("rss_limit", "memory_limit"),
+        default=0,
+        ge=0,
+        description="hard RSS limit in bytes, K/M/G suffixes accepted (0: cgroup, else RAM)",
     )
-    memory_emergency: float = Field(
-        0.90, gt=0, le=1, description="emergency level (cancel slices, refuse admissions)"
+    rss_warn: float = Field(
+        validation_alias=AliasChoices("rss_warn", "memory_warn"),
+        default=0.60,
+        gt=0,
+        lt=1,
+        description="warn level: share of the soft limit",
     )
-    memory_hysteresis: float = Field(
-        0.05, ge=0, lt=0.5, description="a level is left only this share of the soft limit below it"
+    rss_intervene: float = Field(
+        validation_alias=AliasChoices("rss_intervene", "memory_intervene"),
+        default=0.75,
+        gt=0,
+        lt=1,
+        description="intervene level (stop claiming, shrink caches, halve concurrency)",
     )
-    memory_sample_s: float = Field(0.1, gt=0, le=60, description="RSS sampling period")
-    memory_retry_after_s: float = Field(
-        5.0, gt=0, le=3600, description="retry hint of admissions refused for memory"
+    rss_emergency: float = Field(
+        validation_alias=AliasChoices("rss_emergency", "memory_emergency"),
+        default=0.90,
+        gt=0,
+        le=1,
+        description="emergency level (cancel slices, refuse admissions)",
     )
-    memory_recover_s: float = Field(
-        1.0, gt=0, le=3600, description="at OK, concurrency climbs back by 1/8 every this many seconds"
+    rss_hysteresis: float = Field(
+        validation_alias=AliasChoices("rss_hysteresis", "memory_hysteresis"),
+        default=0.05,
+        ge=0,
+        lt=0.5,
+        description="a level is left only this share of the soft limit below it",
     )
-    memory_growth_mb_per_min: float = Field(
-        50.0, gt=0, description="RSS growth over the window that lowers the soft limit"
+    rss_sample_s: float = Field(
+        validation_alias=AliasChoices("rss_sample_s", "memory_sample_s"),
+        default=0.1,
+        gt=0,
+        le=60,
+        description="RSS sampling period",
     )
-    memory_growth_window_s: float = Field(600.0, gt=0, description="window of the RSS growth rate")
-    memory_soft_step: float = Field(0.10, ge=0, lt=1, description="soft limit change per adaptation")
-    memory_soft_min: float = Field(0.5, gt=0, le=1, description="lowest soft limit (share of the hard)")
+    rss_retry_after_s: float = Field(
+        validation_alias=AliasChoices("rss_retry_after_s", "memory_retry_after_s"),
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="retry hint of admissions refused over the RSS limit",
+    )
+    rss_recover_s: float = Field(
+        validation_alias=AliasChoices("rss_recover_s", "memory_recover_s"),
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="at OK, concurrency climbs back by 1/8 every this many seconds",
+    )
+    rss_growth_mb_per_min: float = Field(
+        validation_alias=AliasChoices("rss_growth_mb_per_min", "memory_growth_mb_per_min"),
+        default=50.0,
+        gt=0,
+        description="RSS growth over the window that lowers the soft limit",
+    )
+    rss_growth_window_s: float = Field(
+        validation_alias=AliasChoices("rss_growth_window_s", "memory_growth_window_s"),
+        default=600.0,
+        gt=0,
+        description="window of the RSS growth rate",
+    )
+    rss_soft_step: float = Field(
+        validation_alias=AliasChoices("rss_soft_step", "memory_soft_step"),
+        default=0.10,
+        ge=0,
+        lt=1,
+        description="soft limit change per adaptation",
+    )
+    rss_soft_min: float = Field(
+        validation_alias=AliasChoices("rss_soft_min", "memory_soft_min"),
+        default=0.5,
+        gt=0,
+        le=1,
+        description="lowest soft limit (share of the hard)",
+    )
 
-    # state checkpoints (see dormant.journal): whichever comes first
+    # state checkpoints (see dormant.journal.rules): whichever comes first
     checkpoint_incremental_runs: int = Field(3, ge=1, description="incremental checkpoint every N runs")
     checkpoint_incremental_s: float = Field(900.0, gt=0, description="... or every this many seconds")
     checkpoint_full_runs: int = Field(20, ge=1, description="full checkpoint every N runs")
@@ -133,7 +201,7 @@ class Settings(BaseModel):
     checkpoint_full_increment_bytes: int = Field(
         50 * 1024 * 1024, ge=1, description="... or once the increments since the last full pass this"
     )
-    # retention (see dormant.retention)
+    # retention (see dormant.retention.policy)
     retention_tool_calls: int = Field(200, ge=1, description="newest tool results per thread kept whole")
     retention_head_chars: int = Field(512, ge=0, description="characters an older tool result keeps")
     retention_full_runs: int = Field(5, ge=1, description="newest runs keeping every state change")
@@ -158,7 +226,7 @@ class Settings(BaseModel):
         description="dedup keys are kept this long; an older redelivery may be admitted again",
     )
 
-    @field_validator("memory_limit", mode="before")
+    @field_validator("rss_limit", mode="before")
     @classmethod
     def _bytes(cls, value: Any) -> Any:
         """Accept ``512M``, ``2G``, ``100000K`` as well as plain bytes."""
@@ -175,10 +243,10 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _levels(self) -> Settings:
-        if not self.memory_warn < self.memory_intervene < self.memory_emergency:
-            raise ValueError("memory levels must rise: memory_warn < memory_intervene < memory_emergency")
-        if self.memory_hysteresis >= self.memory_warn:
-            raise ValueError("memory_hysteresis must be below memory_warn")
+        if not self.rss_warn < self.rss_intervene < self.rss_emergency:
+            raise ValueError("RSS levels must rise: rss_warn < rss_intervene < rss_emergency")
+        if self.rss_hysteresis >= self.rss_warn:
+            raise ValueError("rss_hysteresis must be below rss_warn")
         return self
 
     @classmethod
@@ -187,6 +255,8 @@ class Settings(BaseModel):
         values: dict[str, Any] = {}
         for name in cls.model_fields:
             env = os.environ.get(f"DORMANT_{name.upper()}")
+            if (env is None or env == "") and name in RSS_ALIASES:
+                env = os.environ.get(f"DORMANT_{RSS_ALIASES[name].upper()}")
             if env is not None and env != "":
                 values[name] = env
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -200,3 +270,10 @@ class Settings(BaseModel):
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
             raise UsageError(f"invalid settings: {problems}") from None
+
+
+#: The RSS governor's settings under their earlier names (``memory_limit``,
+#: ``DORMANT_MEMORY_LIMIT``, ...), still accepted: "memory" now means long-term memory only.
+RSS_ALIASES: dict[str, str] = {
+    name: "memory_" + name.removeprefix("rss_") for name in Settings.model_fields if name.startswith("rss_")
+}

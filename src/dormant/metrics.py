@@ -64,9 +64,9 @@ class RuntimeStats:
     completions: int = 0
     compactions: int = 0
     compaction_failures: int = 0
-    facts_found: int = 0  # memories a compaction extracted or moved out (issue 16)
+    facts_found: int = 0  # memories a compaction extracted or moved out
     memories_dropped: int = 0  # memories a slice meant that the memory rules refused
-    context_overflows: int = 0  # slices retried once with a smaller view (issue 14)
+    context_overflows: int = 0  # slices retried once with a smaller view
     inline_calls: int = 0
     slice_failures: int = 0
     leases_lost: int = 0
@@ -74,7 +74,7 @@ class RuntimeStats:
     tool_retries: int = 0
     tool_failures: int = 0
     #: tokens the model servers counted for this runtime's model calls (failed slices'
-    #: calls included: they were paid for), as the replies' ``usage`` said (issue 14)
+    #: calls included: they were paid for), as the replies' ``usage`` said
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0

@@ -267,7 +267,7 @@ class SliceLoad(msgspec.Struct, frozen=True, kw_only=True):
     summary: Summary | None = None
     #: how many of ``view``'s messages (its oldest) were inherited from ancestors
     inherited: int = 0
-    #: (tokens, bytes) ``view`` weighs against the budget (:func:`dormant.context.view_usage`)
+    #: (tokens, bytes) ``view`` weighs against the budget (:func:`dormant.view.builder.view_usage`)
     #: when the loader knew them, so a slice need not add them up again; None: not known
     usage: tuple[int, int] | None = None
     #: the thread's state journal replayed (key -> JSON value), read from its row with
@@ -452,7 +452,7 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TierSizes(msgspec.Struct, frozen=True, kw_only=True):
-    """Bytes each retention tier takes in the store (see :mod:`dormant.retention`)."""
+    """Bytes each retention tier takes in the store (see :mod:`dormant.retention.policy`)."""
 
     #: tool results kept whole
     tool_full: int = 0

@@ -2,9 +2,9 @@
 
 :class:`Runtime` wires the parts and offers the public API (admission, reads,
 lifecycle). Running one slice — view budgets, compaction, the model, inline tools,
-the failure policy — is :class:`~dormant.runner.SliceRunner`'s; claiming is the
-:class:`~dormant.scheduler.Scheduler`'s, async tool calls the
-:class:`~dormant.dispatcher.Dispatcher`'s.
+the failure policy — is :class:`~dormant.slices.runner.SliceRunner`'s; claiming is the
+:class:`~dormant.slices.scheduler.Scheduler`'s, async tool calls the
+:class:`~dormant.slices.dispatcher.Dispatcher`'s.
 
 A store that cannot take a commit for now (locked by another process, full,
 overloaded) pauses claiming; work resumes by itself once the store recovers. A
@@ -26,31 +26,31 @@ from typing import Any
 
 import msgspec
 
-from . import registers
 from .agent import Agent
-from .blobs import ToolOutput
 from .config import Settings
-from .dispatcher import Dispatcher
 from .errors import InvalidInput, SchemaError, UsageError
-from .gctune import gc_tuned
-from .governor_loop import Governor, build_governor
-from .journal import CheckpointPolicy
-from .loop_memory import profile
+from .governor.gctune import gc_tuned
+from .governor.loop import Governor, build_governor
+from .journal.rules import CheckpointPolicy
+from .memory import registers
 from .memory.core import MemoryCore
 from .memory.embedder import Embedder, MiniLMEmbedder
 from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
 from .records import Admission, Claim, JournalEntry, Message, NewInput, Page, Priority, StoreStatus, Thread
-from .retention import RetentionPolicy
-from .retention_loop import RetentionLoop
-from .runner import SliceRunner
-from .scheduler import Scheduler
-from .store import Store, open_store, store_options, tenancy
-from .store.tenancy import tenant_of
+from .retention.loop import RetentionLoop
+from .retention.policy import RetentionPolicy
+from .slices.dispatcher import Dispatcher
+from .slices.memory import profile
+from .slices.runner import SliceRunner
+from .slices.scheduler import Scheduler
+from .store import Store, open_store, store_options
 from .subject import DEFAULT_TSR_TURNS
-from .text import stored_output
-from .tool_threads import ToolThreads
+from .tenants import scope as tenancy
+from .tenants.scope import tenant_of
+from .tools.blobs import ToolOutput, stored_output
+from .tools.pool import ToolThreads
 from .urls import redact, remember
 
 log = logging.getLogger("dormant.runtime")
@@ -99,7 +99,7 @@ class Runtime:
         self.checkpoints = CheckpointPolicy.from_settings(self.settings)
         #: what retention keeps (``retention_*`` settings; replace to configure)
         self.retention = RetentionPolicy.from_settings(self.settings)
-        #: the background retention pass while :meth:`run` runs (see :mod:`dormant.retention_loop`)
+        #: the background retention pass while :meth:`run` runs (see :mod:`dormant.retention.loop`)
         self.retainer: RetentionLoop | None = None
         self.tool_threads = ToolThreads(self.settings.tool_threads)
         self.scheduler = Scheduler(
@@ -329,20 +329,25 @@ class Runtime:
         thread_id: str,
         text: str,
         *,
-        key: str | None = None,
+        dedup_key: str | None = None,
         agent: str | None = None,
         priority: Priority = Priority.P1,
         not_before: float = 0.0,
         identity: Mapping[str, str] | None = None,
+        key: str | None = None,
     ) -> Admission:
         """Admit user text to ``thread_id`` (created with ``agent`` if new).
 
-        Returns once the input is durable. Pass ``key`` to make the send idempotent:
-        the same ``(thread_id, key)`` is admitted once, whatever the retries.
+        Returns once the input is durable. Pass ``dedup_key`` to make the send
+        idempotent: the same ``(thread_id, dedup_key)`` is admitted once, whatever the
+        retries (``key`` is its earlier name, still accepted; UsageError if both differ).
         ``identity`` (parts such as ``{"phone": ..., "device": ...}``) names the sender:
         its binding key (:meth:`Memory.bind`) becomes the input's source, and the
-        thread's subject from the slice that takes it (issue 16).
+        thread's subject from the slice that takes it.
         """
+        if key is not None and dedup_key is not None and key != dedup_key:
+            raise UsageError("send takes dedup_key or its earlier name key, not two different keys")
+        dedup_key = dedup_key if dedup_key is not None else key
         name = agent or self.default_agent
         if name not in self.agents:
             raise UsageError(f"unknown agent {name!r}")
@@ -350,7 +355,7 @@ class Runtime:
         item = NewInput(
             thread_id=thread_id,
             kind="user",
-            dedup_key=key or f"auto:{uuid.uuid4().hex}",
+            dedup_key=dedup_key or f"auto:{uuid.uuid4().hex}",
             content=text,
             priority=priority,
             not_before=not_before,
@@ -361,7 +366,7 @@ class Runtime:
         return admission
 
     async def registers(self, thread_id: str) -> dict[str, Any]:
-        """A thread's registers (issue 16): ``subject`` (its binding key or None),
+        """A thread's registers: ``subject`` (its binding key or None),
         ``turn``, ``short_term`` (the entries of its last turns, key -> value) and
         ``long_term`` (its subject's profile, key -> value), from the committed journal
         and memory. NotFound for a missing thread."""
@@ -396,15 +401,14 @@ class Runtime:
 
     async def memory_for(self, thread_id: str) -> Memory:
         """:attr:`memory` as the tenant of ``thread_id`` sees it (its subjects live there)."""
-        tenant = tenant_of(thread_id)
-        return await self.memory.for_tenant(tenant) if tenant else self.memory
+        return await self.memory.for_tenant(tenant_of(thread_id))
 
     async def _bind(self, thread_id: str, identity: Mapping[str, str]) -> str:
         return await (await self.memory_for(thread_id)).bind(identity)
 
     async def admit(self, items: Sequence[NewInput], *, tenant: str | None = None) -> list[Admission]:
         """Admit inputs durably; see :meth:`Store.admit` (``tenant``: the tenant every
-        input's thread must belong to, see :mod:`dormant.store.tenancy`).
+        input's thread must belong to, see :mod:`dormant.tenants.scope`).
 
         Tool results are refused (:class:`InvalidInput`): they answer a call in the
         outbox, through the dispatcher or :meth:`post_tool_result`, so a stray result
@@ -430,7 +434,7 @@ class Runtime:
     ) -> Admission:
         """Answer an open async tool call from outside (e.g. a webhook); the first answer wins.
 
-        ``content`` is text, bytes or a stream of bytes (see :data:`~dormant.blobs.ToolOutput`);
+        ``content`` is text, bytes or a stream of bytes (see :data:`~dormant.tools.blobs.ToolOutput`);
         over ``Settings.blob_threshold_bytes`` it is stored as a blob of the thread and the
         result is its excerpt. Returns once the result is durable; a repeat (or an answer
         to a call the dispatcher already answered) returns ``duplicate=True``; an unknown

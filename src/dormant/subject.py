@@ -1,4 +1,4 @@
-"""An agent's subject: whose memory its threads use, and how (issue 16).
+"""An agent's subject: whose memory its threads use, and how.
 
 An agent that sets a :class:`SubjectOptions` remembers: each of its threads bound to
 a subject (a binding key, set at admission from identity parts: ``send(...,
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from .errors import UsageError
+from .memory.state_events import DEFAULT_PRIORITIES
 from .records import Priority
-from .state_events import DEFAULT_PRIORITIES
 
 __all__ = ["DEFAULT_TSR_TURNS", "SubjectOptions"]
 
@@ -40,7 +40,7 @@ class SubjectOptions:
     cost in recall of paraphrases. The ``recall`` tool always runs hybrid.
     ``fan_out`` tells the subject's other open threads of each long-term register
     change, as an ``event`` input with the priority ``priorities`` gives the key's class
-    (default :data:`dormant.state_events.DEFAULT_PRIORITIES`: complaints, refunds and
+    (default :data:`dormant.memory.state_events.DEFAULT_PRIORITIES`: complaints, refunds and
     account freezes P0; orders, coupons and addresses P1; browsing P2), so P0 goes first.
     """
 

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import re
 
-from . import blobs
-from .blobs import BlobWriter, ToolOutput
-
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 #: What a lone surrogate becomes.
 REPLACEMENT = "\ufffd"
@@ -43,15 +40,3 @@ def truncate(text: str, limit: int) -> str:
         return text
     note = f"\n[... output truncated: {len(data)} bytes, first {limit - 100} shown]"
     return data[: max(0, limit - 100)].decode(errors="ignore") + note
-
-
-async def stored_output(store: BlobWriter, thread_id: str, output: ToolOutput, threshold: int) -> str:
-    """A tool's ``output`` as the text its result carries, clean (see :func:`clean`).
-
-    Text is cleaned before it is measured and stored; an output over ``threshold``
-    bytes goes to the store as a blob (:func:`~dormant.blobs.stash`) and the excerpt
-    shown of it is cleaned too (a blob keeps its bytes as they were).
-    """
-    if isinstance(output, str):
-        output = clean(output)
-    return clean(await blobs.stash(store, thread_id, output, threshold))

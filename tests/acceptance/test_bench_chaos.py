@@ -1,6 +1,6 @@
 """``dormant bench chaos --store postgres`` end to end, tiny: one kill beside a standby
 worker, one poison pill of each kind with a cap of one attempt; the verdict, the figures
-issue 12 asks for, and the summary file."""
+it reports, and the summary file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dormant.cli import app
+from dormant.cli.main import app
 from tests.pg import PgServer
 
 

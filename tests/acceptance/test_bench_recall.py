@@ -1,4 +1,4 @@
-"""``dormant bench recall`` end to end at a tiny scale: the summary keys issue 15 names, sane figures."""
+"""``dormant bench recall`` end to end at a tiny scale: the summary keys the docs name, sane figures."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from dormant.cli import app
+from dormant.cli.main import app
 
 FIGURES = {"recall_at_1", "recall_at_5", "mrr", "stale_rate", "leak_rate", "p50_ms", "p99_ms", "rss_bytes"}
 BASELINES = {"recency_only", "fulltext_only", "vector_only", "hybrid_no_decay", "hybrid_no_dictionary"}

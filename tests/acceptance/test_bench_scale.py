@@ -1,6 +1,6 @@
-"""``dormant bench scale`` end to end, tiny: the outputs issue 3 names, whether the
+"""``dormant bench scale`` end to end, tiny: the outputs it documents, whether the
 agent's limits counted tokens (a byte cap under a quarter of the token budget: no), and
-on PostgreSQL the bytes of the store's tables (issue 11)."""
+on PostgreSQL the bytes of the store's tables."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dormant.bench.pg import schema_bytes
-from dormant.cli import app
+from dormant.cli.main import app
 from tests.pg import PgServer
 
 KEYS = {
@@ -62,7 +62,7 @@ def test_bench_scale_writes_its_outputs_and_says_whether_tokens_were_counted(
 
 
 def test_bench_scale_under_the_default_view_never_loads_the_tokenizer(tmp_path: Path) -> None:
-    """Issue 13: 256 KiB views could pass a 128k window's budget, so the limits count;
+    """256 KiB views could pass a 128k window's budget, so the limits count;
     but no agent_scale view comes near it, so no count is ever needed."""
     out = tmp_path / "scale"
     args = ["bench", "scale", "--store", "sqlite", "--agents", "8", "--turns", "20", "--wave", "8"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer.main
 
 from dormant import Agent, Runtime
-from dormant.cli import app
+from dormant.cli.main import app
 from dormant.models import echo_model
 
 from .runner import Cli, assert_usage_error, clean_env
@@ -192,7 +192,7 @@ def test_retry_unknown_thread(cli: Cli) -> None:
 
 
 def test_a_thread_waits_for_a_worker_that_hosts_its_agent(cli: Cli, tmp_path: Path) -> None:
-    # issue 12.6: a `run` that does not host a thread's agent leaves it alone (it neither
+    # a `run` that does not host a thread's agent leaves it alone (it neither
     # fails it nor waits for it to become idle); status shows it waiting, by agent
     (tmp_path / "agents_app.py").write_text(
         "from dormant import Agent\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dormant.demo import run_demo
+from dormant.cli.demo import run_demo
 
 from .runner import Cli
 

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from dormant import Agent, Runtime
-from dormant.cli_history import atomic_file, export_history, read_window
+from dormant.cli.history import atomic_file, export_history, read_window
 from dormant.models import echo_model
 from dormant.records import Message, NewInput
 from dormant.store.base import Store

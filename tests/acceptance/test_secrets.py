@@ -1,4 +1,4 @@
-"""The store password never shows (issue 12.4): not in worker argv (``ps``), not in what
+"""The store password never shows: not in worker argv (``ps``), not in what
 ``dormant`` prints or logs, not in error text."""
 
 from __future__ import annotations

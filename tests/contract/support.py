@@ -20,7 +20,7 @@ from dormant.records import (
     ToolCall,
     ViewLimits,
 )
-from dormant.slice import input_message
+from dormant.slices.step import input_message
 from dormant.store.base import Store
 from dormant.tokens import TokenCounter
 

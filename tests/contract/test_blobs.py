@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from dormant.blobs import CHUNK_BYTES, MAX_READ, TMP_TTL_S, tmp_ref
 from dormant.errors import InvalidInput, NotFound, UsageError
 from dormant.records import NewThread
 from dormant.store.base import Store
 from dormant.store.postgres import PostgresStore
 from dormant.store.sqlite import SQLiteStore
+from dormant.tools.blobs import CHUNK_BYTES, MAX_READ, TMP_TTL_S, tmp_ref
 from tests.helpers import FakeClock
 
 from .conftest import Backend

@@ -12,7 +12,7 @@ import pytest
 from dormant.errors import UsageError
 from dormant.records import Priority
 from dormant.store.base import Store
-from dormant.store.tenancy import Scope, tenant_of
+from dormant.tenants.scope import Scope, tenant_of
 from tests.contract.support import LEASE, user
 from tests.helpers import FakeClock
 

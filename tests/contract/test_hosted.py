@@ -1,4 +1,4 @@
-"""Contract: heterogeneous workers (issue 12.6). A worker claims only threads of the
+"""Contract: heterogeneous workers. A worker claims only threads of the
 agents it hosts and calls of the tools it has; the rest wait (``dormant status`` shows
 the ready threads by agent), they are never claimed, failed or dead-lettered by it."""
 

@@ -9,8 +9,8 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from dormant import journal
 from dormant.errors import InvalidInput, LeaseLost, NotFound
+from dormant.journal import rules as journal
 from dormant.records import StateChange
 from dormant.store.backend import Backend
 from dormant.store.base import Store
@@ -27,9 +27,9 @@ class Crash(Exception):
 
 
 class FaultyBackend:
-    """A backend proxy that 'dies' (raises :class:`Crash`) at its ``at``-th checkpoint
-    write (a call of :data:`WRITES`): before the call reaches the database, or right
-    after it committed when ``after``."""
+    """A backend proxy whose journal part 'dies' (raises :class:`Crash`) at its ``at``-th
+    checkpoint write (a call of :data:`WRITES`): before the call reaches the database,
+    or right after it committed when ``after``."""
 
     def __init__(self, inner: Backend, at: int, *, after: bool) -> None:
         self.inner = inner
@@ -38,16 +38,32 @@ class FaultyBackend:
         self.writes = 0
 
     def __getattr__(self, name: str) -> Any:
-        target = getattr(self.inner, name)
+        return getattr(self.inner, name)
+
+    @property
+    def journal(self) -> FaultyJournal:
+        """The inner backend's journal part, with the fault."""
+        return FaultyJournal(self)
+
+
+class FaultyJournal:
+    """The journal part of a :class:`FaultyBackend`."""
+
+    def __init__(self, owner: FaultyBackend) -> None:
+        self.owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        owner = self.owner
+        target = getattr(owner.inner.journal, name)
         if name not in WRITES:
             return target
 
         async def counted(*args: Any) -> Any:
-            self.writes += 1
-            if self.writes == self.at and not self.after:
+            owner.writes += 1
+            if owner.writes == owner.at and not owner.after:
                 raise Crash(name)
             answer = await target(*args)
-            if self.writes == self.at:
+            if owner.writes == owner.at:
                 raise Crash(name)
             return answer
 
@@ -162,7 +178,7 @@ async def test_a_crash_at_any_point_of_a_checkpoint_write_leaves_the_last_one_us
     crashed: list[tuple[str, bool]] = []
     for after in (False, True):
         for at in range(1, 100):
-            before = await store.journal.backend.newest_checkpoint("t", "full")
+            before = await store.journal.backend.journal.newest_checkpoint("t", "full")
             assert before is not None
             faulty = FaultyBackend(store.journal.backend, at, after=after)
             try:
@@ -178,7 +194,7 @@ async def test_a_crash_at_any_point_of_a_checkpoint_write_leaves_the_last_one_us
             else:
                 assert got.full.seq == before.seq, f"crash at write {at} ({after=})"
             # the headers left unfinished never count
-            heads = await store.journal.backend.checkpoints_after("t", 0, 100)
+            heads = await store.journal.backend.journal.checkpoints_after("t", 0, 100)
             assert all(h.recoverable and h.parts for h in heads)
     # begin, 2 part batches (19 pieces of 4 characters, 16 per batch), mark: before and after each
     writes = ["begin_checkpoint", "put_checkpoint_parts", "put_checkpoint_parts", "mark_recoverable"]

@@ -266,7 +266,7 @@ def test_without_the_vector_extension_recall_degrades_and_says_so(
     loops = LoopThread()
     store: Store
     if dialect == "sqlite":  # as if sqlite-vec could not be loaded
-        monkeypatch.setattr("dormant.store.sqlite.memory.load_vector_extension", lambda conn: False)
+        monkeypatch.setattr("dormant.store.sqlite.memory.rows.load_vector_extension", lambda conn: False)
         store = SQLiteStore(f"sqlite:///{tmp_path}/nv.db")
     else:
         store = PostgresStore(request.getfixturevalue("pg_url"), vectors=False, pool_size=2)
@@ -375,8 +375,8 @@ def test_small_scopes_rank_by_bm25_over_their_rows_like_fts5(
     add(core, BOB, "the parcel was shipped")  # another subject: never in Alice's results
     text_only = RecallMode(vector=False)
     from dormant.memory import bm25
-    from dormant.store.sqlite import memory as sqlite_memory
-    from dormant.store.sqlite import memory_search
+    from dormant.store.sqlite.memory import rows as sqlite_memory
+    from dormant.store.sqlite.memory import search as memory_search
 
     calls: list[int] = []
     real = bm25.scores
@@ -385,7 +385,7 @@ def test_small_scopes_rank_by_bm25_over_their_rows_like_fts5(
         calls.append(len(docs))
         return real(docs, phrases)
 
-    monkeypatch.setattr(bm25, "scores", counted)
+    monkeypatch.setattr(memory_search, "bm25_scores", counted)
     scoped = texts(core, [ALICE], "shipping parcel", mode=text_only)
     assert scoped == ["parcel parcel: shipped twice, shipping again", "the parcel was shipped on Monday"]
     if isinstance(core.backend, sqlite_memory.SQLiteMemoryBackend):

@@ -1,4 +1,4 @@
-"""Contract: what a model server said about a reply (issue 14). Usage, finish reason and
+"""Contract: what a model server said about a reply. Usage, finish reason and
 reasoning stored on the assistant message; usage summed on the thread and in the status;
 views never hold reasoning; a thread's wait on its model endpoint kept until its next
 commit, release or retry."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from dormant.errors import UsageError
-from dormant.journal import CheckpointPolicy
+from dormant.journal.rules import CheckpointPolicy
 from dormant.records import Message
-from dormant.retention import NOTE, RetentionPolicy, gc_round
+from dormant.retention.policy import NOTE, RetentionPolicy, gc_round
 from dormant.store.base import Store
 from tests.helpers import FakeClock, all_messages, check_history
 

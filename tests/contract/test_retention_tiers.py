@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import msgspec
 import pytest
 
-from dormant.blobs import excerpt
 from dormant.errors import NotFound, UsageError
 from dormant.records import Message, NewThread, StateChange, Summary
-from dormant.retention import NOTE
+from dormant.retention.policy import NOTE
 from dormant.store.base import Store
+from dormant.tools.blobs import excerpt
 from tests.helpers import FakeClock, all_messages
 
 from .support import call, plan, result, take, turn, user

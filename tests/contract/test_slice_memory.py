@@ -1,4 +1,4 @@
-"""A slice's memory writes commit with its plan, in the same transaction (issue 16), on
+"""A slice's memory writes commit with its plan, in the same transaction, on
 every backend: a commit that succeeds writes messages and memories (with dedup,
 supersession and history by ``thread:<id>``); a commit that fails — the lease lost, an
 input not pending, a fault injected in the memory step after the plan's rows — writes

@@ -5,8 +5,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from dormant import context
-from dormant.context import message_bytes, message_tokens
 from dormant.errors import DormantError, LeaseLost, NotFound, StoreError
 from dormant.inbox import AGING
 from dormant.records import CommitPlan, Message, NewThread, Priority, ToolCall, ViewLimits
@@ -14,6 +12,8 @@ from dormant.store.base import Store
 from dormant.store.core import USER_KEY_PREFIX, StoreCore
 from dormant.store.sqlite import SQLiteStore
 from dormant.store.sqlite import reader as sqlite_reader
+from dormant.view import builder as context
+from dormant.view.builder import message_bytes, message_tokens
 from tests.contract.support import (
     LEASE,
     call,
@@ -585,7 +585,7 @@ async def test_release_without_error_keeps_the_failure_count(store: Store) -> No
 
 
 async def test_attempts_are_counted_at_claim_so_a_lapsed_lease_counts(store: Store, clock: FakeClock) -> None:
-    """Issue 12.1: a slice that kills its worker never releases; its claim still counted."""
+    """A slice that kills its worker never releases; its claim still counted."""
     await store.admit([user("t1", "k1")])
     counts = []
     for _ in range(3):

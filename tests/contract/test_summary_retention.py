@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dormant.errors import UsageError
-from dormant.retention import RetentionPolicy, gc_round
+from dormant.retention.policy import RetentionPolicy, gc_round
 from dormant.store.base import Store
 from tests.helpers import FakeClock, all_messages
 

@@ -7,7 +7,7 @@ import pytest
 
 from dormant.errors import NotFound, StoreError, UsageError
 from dormant.store.base import Store
-from dormant.store.tenancy import Scope
+from dormant.tenants.scope import Scope
 from tests.contract.support import call, plan, take, turn, user
 
 

@@ -1,4 +1,4 @@
-"""The thread row carries its journal state (issue 16), on every backend: a slice's load
+"""The thread row carries its journal state, on every backend: a slice's load
 has it at no extra query (``SliceLoad.state``), a commit that journals changes writes the
 state its plan gives in the same transaction (or marks it unknown when the plan gives
 none), and a thread created with state, forked or rewound starts with its state on the
@@ -11,8 +11,8 @@ import pytest
 
 from dormant.errors import LeaseLost, UsageError
 from dormant.memory import bind
+from dormant.memory.registers import SUBJECT_KEY
 from dormant.records import StateChange
-from dormant.registers import SUBJECT_KEY
 from dormant.store.base import Store
 from dormant.store.rows import MAX_ROW_STATE_BYTES, state_row
 from tests.contract.support import plan, take, user

@@ -1,4 +1,4 @@
-"""A worker that remembers, and kills itself with SIGKILL at a slice commit (issue 16).
+"""A worker that remembers, and kills itself with SIGKILL at a slice commit.
 
     python -m tests.faults.memory_worker DB MODE N   # MODE: before | after | never
 

@@ -1,4 +1,4 @@
-"""A worker whose tool kills it, for the poison-pill tests (issue 12.1).
+"""A worker whose tool kills it, for the poison-pill tests.
 
     python -m tests.faults.poison_worker URL DIR MODE     # MODE: async | inline
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall
-from dormant.tools import tool
+from dormant.tools.spec import tool
 from tests.faults.worker import append, settings
 
 #: tool attempts (async) and model retries (slices) of the poison-pill workers

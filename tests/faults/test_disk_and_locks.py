@@ -28,7 +28,7 @@ from dormant import (
 from dormant.models.scripted import echo_script
 from dormant.records import Claim, CommitPlan, OutboxEntry, OutboxOutcome
 from dormant.store.sqlite import SQLiteStore
-from dormant.tools import tool
+from dormant.tools.spec import tool
 from tests.helpers import all_messages, check_history, eventually
 from tests.integration.conftest import fast_settings
 

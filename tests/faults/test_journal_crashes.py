@@ -2,7 +2,7 @@
 its transaction, slices losing their lease), the recovered state equals the replay of
 the committed journal, and the store is reopened (SQLite file) to recover it. The thread
 row's state column equals that replay whenever it is carried, and is carried exactly
-when the last slice that changed the journal gave it (issue 16)."""
+when the last slice that changed the journal gave it."""
 
 from __future__ import annotations
 

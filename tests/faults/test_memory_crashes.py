@@ -1,4 +1,4 @@
-"""A slice's memories and its messages survive a kill -9 together or not at all (issue 16).
+"""A slice's memories and its messages survive a kill -9 together or not at all.
 
 Rounds: each admits one note to every thread, then a worker of a subject agent that
 remembers one fact per note (one slice may take several) kills itself with

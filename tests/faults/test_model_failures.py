@@ -205,7 +205,7 @@ async def test_repeated_failures_fail_the_thread_visibly_and_retry_resumes_it(
 
 
 async def test_an_outage_makes_threads_wait_instead_of_failing(store_url: str, server: ScriptServer) -> None:
-    """Issue 14: 5xx past model_retries used to mark every thread failed; an outage is not
+    """5xx past model_retries used to mark every thread failed; an outage is not
     the thread's fault, so it waits (the breaker opens) and resumes by itself."""
     breaker = CircuitBreaker(server.base_url, threshold=3, cooldown_s=0.05, max_cooldown_s=0.1)
     model = OpenAIChatModel(model="m", base_url=server.base_url, max_retries=0, backoff=0.01, breaker=breaker)

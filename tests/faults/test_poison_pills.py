@@ -1,4 +1,4 @@
-"""Poison pills (issue 12.1): a tool that kills its worker every time, run by a worker
+"""Poison pills: a tool that kills its worker every time, run by a worker
 that is restarted after each death (as ``dormant run --workers`` does), ends within its
 attempt cap: the call dead-lettered with an error result the agent sees (async tool),
 or the thread marked failed (a slice that kills its worker). Attempts are counted when

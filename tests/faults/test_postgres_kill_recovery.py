@@ -1,4 +1,4 @@
-"""kill -9 on PostgreSQL (issue 12.7): the threads a killed worker held are claimable
+"""kill -9 on PostgreSQL: the threads a killed worker held are claimable
 again within seconds (its heartbeat stops), not after their lease (60 s here)."""
 
 from __future__ import annotations

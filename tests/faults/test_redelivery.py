@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dormant import Agent, ModelReply, ModelRequest, NewInput, Runtime, ScriptedModel, Settings, ToolCall
-from dormant.tools import ToolContext, tool
+from dormant.tools.spec import ToolContext, tool
 from tests.helpers import all_messages, check_history, eventually
 
 THREADS = 30

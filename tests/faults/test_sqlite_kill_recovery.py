@@ -1,4 +1,4 @@
-"""kill -9 on SQLite (issue 12.7): the threads and calls a killed worker held are free
+"""kill -9 on SQLite: the threads and calls a killed worker held are free
 again at once, proven dead by its worker lock file (see dormant.store.sqlite.owners),
 not after their lease (60 s here); a live worker's leases are never taken."""
 

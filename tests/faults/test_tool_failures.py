@@ -16,7 +16,7 @@ import pytest
 
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, ToolError, tool
 from dormant.inbox import UNKNOWN_OUTCOME
-from dormant.tools import ToolContext, ToolSpec
+from dormant.tools.spec import ToolContext, ToolSpec
 from tests.faults.conftest import Workers
 from tests.helpers import all_messages, check_history
 from tests.integration.conftest import fast_settings

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dormant import Agent, ModelReply, ModelRequest, NewInput, Runtime, ScriptedModel, Settings, ToolCall
 from dormant.models.base import ModelEvent, TextDelta
-from dormant.tools import ToolContext, tool
+from dormant.tools.spec import ToolContext, tool
 
 REDELIVER_THREADS = 12
 REDELIVER_INPUTS = 5

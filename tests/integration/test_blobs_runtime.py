@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, tool
-from dormant.blobs import EXCERPT_BYTES
+from dormant.tools.blobs import EXCERPT_BYTES
 from tests.helpers import all_messages, check_history, eventually
 from tests.integration.conftest import fast_settings
 

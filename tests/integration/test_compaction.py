@@ -10,22 +10,13 @@ from typing import NoReturn
 
 import pytest
 
-from dormant import (
-    Agent,
-    ModelError,
-    ModelReply,
-    ModelRequest,
-    Runtime,
-    ScriptedModel,
-    ToolCall,
-    budget,
-    context,
-    runner,
-    tool,
-)
-from dormant.compaction import INSTRUCTION
-from dormant.context import message_bytes, message_tokens
+from dormant import Agent, ModelError, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, tool
+from dormant.slices import runner
+from dormant.slices.compaction import INSTRUCTION
 from dormant.tokens import count_text
+from dormant.view import budget
+from dormant.view import builder as context
+from dormant.view.builder import message_bytes, message_tokens
 from tests.helpers import all_messages, check_history, eventually
 from tests.integration.conftest import fast_settings
 
@@ -258,7 +249,7 @@ async def test_a_child_spawned_before_a_compaction_keeps_what_it_inherited(store
 
 
 async def test_a_view_bounded_only_by_its_message_cap_is_compacted(store_url: str) -> None:
-    """Issue 14: with DORMANT_VIEW_MESSAGES=6 ten turns made no compaction, and older
+    """With DORMANT_VIEW_MESSAGES=6 ten turns made no compaction, and older
     messages silently fell out of the view with no summary covering them."""
     script = Recorder()
     model = ScriptedModel(script, context_window=128_000, max_output_tokens=200)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from dormant.cli import app
-from dormant.retention import NOTE
+from dormant.cli.main import app
+from dormant.retention.policy import NOTE
 from dormant.store.sqlite import SQLiteStore
 from tests.contract.test_retention import tool_turns, tools
 from tests.contract.test_summary_retention import summarized

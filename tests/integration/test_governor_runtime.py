@@ -11,7 +11,7 @@ import pytest
 from dormant import Agent, Runtime, ScriptedModel, tool
 from dormant.bench.governor import GovernorBenchConfig, launch
 from dormant.errors import Overloaded
-from dormant.governor import MIB, Level
+from dormant.governor.levels import MIB, Level
 from dormant.models.scripted import tool_round_trip
 from tests.helpers import all_messages, eventually
 from tests.integration.conftest import fast_settings
@@ -32,7 +32,7 @@ async def test_an_emergency_cancels_the_slice_and_its_input_is_answered_later(st
 
     agent = Agent(name="a", model=ScriptedModel(tool_round_trip("slow", {}, "ok")), tools=[slow])
     settings = fast_settings(
-        memory_limit=1000 * MIB, memory_sample_s=0.01, memory_retry_after_s=0.2, memory_recover_s=0.05
+        rss_limit=1000 * MIB, rss_sample_s=0.01, rss_retry_after_s=0.2, rss_recover_s=0.05
     )
     rss = 100 * MIB
     async with Runtime(store_url, [agent], settings=settings) as rt:

@@ -1,4 +1,4 @@
-"""Heterogeneous workers on one store (issue 12.6): a worker without an agent leaves
+"""Heterogeneous workers on one store: a worker without an agent leaves
 that agent's threads alone (they wait, and ``status`` says so) instead of failing them;
 a worker that hosts the agent then runs them."""
 

@@ -1,4 +1,4 @@
-"""Text dormant did not write, end to end on every backend (issues 12.5 and 12.8):
+"""Text dormant did not write, end to end on every backend:
 NUL and lone surrogates in model replies and tool outputs are cleaned the same way
 on every store, and a child thread id stays within the limit however long its
 parent's id and the call id are."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, tool
-from dormant.builtins import child_id
 from dormant.inbox import MAX_THREAD_ID_BYTES
+from dormant.tools.builtins import child_id
 from tests.helpers import all_messages, check_history
 from tests.integration.conftest import fast_settings
 

@@ -1,6 +1,6 @@
 """The runtime with OpenAIChatModel against a third-party OpenAI-compatible mock server,
 LLMock (the ``llmock`` dev dependency, whose pytest plugin gives the ``llmock`` fixture: a
-real server on 127.0.0.1 that answers with faults on demand). Issue 14: every fault is
+real server on 127.0.0.1 that answers with faults on demand). Every fault is
 retried or waited out or surfaced, the thread state after it is the expected one, the
 request bodies are the ones sent, and no input is lost or answered twice."""
 
@@ -18,7 +18,7 @@ from dormant.models import breaker
 from dormant.models.breaker import CircuitBreaker
 from dormant.models.openai import OpenAIChatModel
 from dormant.records import Usage
-from dormant.slice import CONTINUE
+from dormant.slices.step import CONTINUE
 from tests.helpers import all_messages, check_history, eventually
 from tests.integration.conftest import fast_settings
 

@@ -1,4 +1,4 @@
-"""Memory in the agent loop (issue 16) end to end with the scripted model: a fact told in
+"""Memory in the agent loop end to end with the scripted model: a fact told in
 one thread is recalled in another thread of the same subject, a correction supersedes
 it, a different subject sharing the phone never sees it, a failed slice leaves no
 memory, and the registers commit with the slice."""
@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, compaction, tool
+from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, tool
 from dormant.errors import ModelError
-from dormant.facts import MARKER
 from dormant.memory import HashingEmbedder
-from dormant.pages import PagePolicy
-from dormant.sections import MEMORIES_HEADER, STATE_HEADER
+from dormant.memory.facts import MARKER
+from dormant.slices import compaction
 from dormant.store.journal import Recovered, StateJournal
 from dormant.subject import SubjectOptions
+from dormant.view.pages import PagePolicy
+from dormant.view.sections import MEMORIES_HEADER, STATE_HEADER
 from tests.integration.conftest import fast_settings
 
 PHONE = "+1 555 0100"

@@ -1,4 +1,4 @@
-"""What a model server says about each reply, end to end (issue 14), against the loopback
+"""What a model server says about each reply, end to end, against the loopback
 OpenAI-compatible server: usage per message and per thread, a reply cut by the output cap
 (marked, and continued when the agent asks), reasoning kept apart and never sent back, a
 refusal surfaced instead of stored, and a thread waiting on an outage shown as waiting.
@@ -13,7 +13,7 @@ from dormant import Agent, Runtime
 from dormant.models.breaker import CircuitBreaker
 from dormant.models.openai import OpenAIChatModel
 from dormant.records import Usage
-from dormant.slice import CONTINUE
+from dormant.slices.step import CONTINUE
 from tests.helpers import all_messages, check_history, eventually
 from tests.integration.conftest import fast_settings
 from tests.openai_server import DONE, Reply, ScriptServer, delta, fresh_breakers, server, sse, text_reply

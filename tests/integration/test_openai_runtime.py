@@ -1,4 +1,4 @@
-"""The runtime with OpenAIChatModel on a loopback server (issue 14): the shapes that used
+"""The runtime with OpenAIChatModel on a loopback server: the shapes that used
 to break threads for good go out in a form servers accept, turn after turn."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PostgreSQL recovery (issue 12.7): the leases of a worker that stopped heartbeating
+"""PostgreSQL recovery: the leases of a worker that stopped heartbeating
 are taken at once, a live worker keeps its leases, and a host whose clock runs ahead
 takes no live lease (leases follow the database clock)."""
 

@@ -1,4 +1,4 @@
-"""The prompt budget (issue 13): every request a model receives fits its window, as a
+"""The prompt budget: every request a model receives fits its window, as a
 server counts it.
 
 Random histories and random new inputs (ASCII, emoji, CJK, JSON, megabyte messages,
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dormant import compaction
 from dormant.agent import Agent
 from dormant.config import Settings
 from dormant.models.base import OPENAI_CHAT, ModelReply, ModelRequest
@@ -30,8 +29,9 @@ from dormant.models.openai import OpenAIChatModel
 from dormant.models.scripted import ScriptedModel
 from dormant.records import Message, ToolCall
 from dormant.runtime import Runtime
+from dormant.slices import compaction
 from dormant.tokens import count_message, encoding
-from dormant.tools import tool
+from dormant.tools.spec import tool
 
 ENC = encoding("o200k_base")  # tiktoken's Encoding on the bundled o200k_base ranks
 WIRE = OpenAIChatModel(model="gpt-4o", base_url="http://127.0.0.1:9/v1", api_key="unused")

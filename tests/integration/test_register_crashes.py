@@ -1,4 +1,4 @@
-"""The short-term register after crash points (issue 16): random register changes,
+"""The short-term register after crash points: random register changes,
 slices that fail after their tools set state (the retried slice sets other values),
 and runtimes reopened at random points (the register cache lost). After each step the
 register read back, and the one the next prompt shows, equal the replay of the

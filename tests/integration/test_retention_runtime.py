@@ -12,8 +12,8 @@ import pytest
 
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, tool
 from dormant.config import Settings
-from dormant.retention import NOTE, RetentionPolicy
-from dormant.tools import ToolContext
+from dormant.retention.policy import NOTE, RetentionPolicy
+from dormant.tools.spec import ToolContext
 from tests.helpers import all_messages, eventually
 from tests.integration.conftest import fast_settings
 
@@ -69,7 +69,7 @@ async def test_the_background_pass_cuts_old_results_while_running(store_url: str
 
 
 async def test_the_warn_hook_starts_a_pass_that_checkpoints(store_url: str) -> None:
-    settings = fast_settings(retention_interval_s=0, memory_limit="64G")
+    settings = fast_settings(retention_interval_s=0, rss_limit="64G")
     async with Runtime(store_url, [agent()], settings=settings) as rt:
         await orders(rt, "t", ["A"])
         assert (await rt.store.journal.figures("t", rt.clock())).last_checkpoint_age_s is None

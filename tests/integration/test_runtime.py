@@ -19,6 +19,7 @@ from dormant import (
     Runtime,
     ScriptedModel,
     ToolCall,
+    UsageError,
     tool,
 )
 from dormant.models.base import ModelEvent, TextDelta
@@ -237,7 +238,7 @@ async def test_too_many_retryable_failures_fail_the_thread(store_url: str) -> No
 
 
 async def test_a_thread_of_an_unknown_agent_waits_without_a_model_call(store_url: str) -> None:
-    # issue 12.6: a runtime claims only its own agents' threads; one it cannot serve waits
+    # a runtime claims only its own agents' threads; one it cannot serve waits
     # for a worker that can (it is not failed), and run_until_idle does not wait for it
     model = FlakyModel(fail=0)
     async with Runtime(store_url, [Agent(name="a", model=model)], settings=fast_settings()) as rt:
@@ -401,9 +402,11 @@ async def test_sends_are_idempotent_by_key(store_url: str) -> None:
     async with Runtime(
         store_url, [Agent(name="a", model=ScriptedModel(echo_script))], settings=fast_settings()
     ) as rt:
-        first = await rt.send("t1", "hello", key="same")
-        again = await rt.send("t1", "hello (retried)", key="same")
+        first = await rt.send("t1", "hello", dedup_key="same")
+        again = await rt.send("t1", "hello (retried)", key="same")  # the earlier name
         assert again.duplicate and again.input_id == first.input_id
+        with pytest.raises(UsageError):
+            await rt.send("t1", "hello", dedup_key="same", key="other")
         await rt.run_until_idle(timeout=10)
         await rt.send("t1", "hello (late retry)", key="same")
         await rt.run_until_idle(timeout=10)

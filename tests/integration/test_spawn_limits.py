@@ -1,4 +1,4 @@
-"""spawn_thread is bounded (issue 14): a model that spawns on every turn used to nest
+"""spawn_thread is bounded: a model that spawns on every turn used to nest
 threads until the 256-byte id limit failed the deepest one."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall
-from dormant.builtins import spawn_depth
+from dormant.tools.builtins import spawn_depth
 from tests.helpers import all_messages, check_history
 from tests.integration.conftest import fast_settings
 

@@ -1,4 +1,4 @@
-"""State-change events fan out P0 first (issue 16, :mod:`dormant.state_events`): a
+"""State-change events fan out P0 first (:mod:`dormant.memory.state_events`): a
 long-term register change of a subject reaches the subject's other open threads as an
 ``event`` input of the key's priority class, admitted in the changing slice's commit;
 with one slice at a time, the P0 events are consumed before P2 events admitted earlier.
@@ -16,8 +16,8 @@ import pytest
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall
 from dormant.errors import UsageError
 from dormant.memory import HashingEmbedder
+from dormant.memory.state_events import DEFAULT_PRIORITIES, events, priority_of
 from dormant.records import Priority
-from dormant.state_events import DEFAULT_PRIORITIES, events, priority_of
 from dormant.subject import SubjectOptions
 from tests.integration.conftest import fast_settings
 

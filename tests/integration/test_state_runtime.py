@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, ToolCall, tool
-from dormant.journal import CheckpointPolicy
-from dormant.tools import ToolContext
+from dormant.journal.rules import CheckpointPolicy
+from dormant.tools.spec import ToolContext
 from tests.integration.conftest import fast_settings
 
 

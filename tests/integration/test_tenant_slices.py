@@ -11,7 +11,7 @@ from dormant import Agent, Runtime, ScriptedModel
 from dormant.models.base import ModelEvent, ModelRequest
 from dormant.models.scripted import echo_script
 from dormant.records import Priority
-from dormant.store.tenancy import tenant_of
+from dormant.tenants.scope import tenant_of
 from tests.integration.conftest import fast_settings
 
 A = "t00000000000a"

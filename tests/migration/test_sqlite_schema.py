@@ -11,7 +11,7 @@ import pytest
 
 from dormant.errors import SchemaError, StoreError
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ViewLimits
-from dormant.slice import input_message
+from dormant.slices.step import input_message
 from dormant.store.migrations import Migration, Schema
 from dormant.store.sqlite import SCHEMA_VERSION, SQLiteStore
 from dormant.store.sqlite import connect as sqlite_connect

@@ -12,7 +12,7 @@ from dormant.agent import Agent
 from dormant.models.base import ModelReply, ModelRequest
 from dormant.models.scripted import ScriptedModel, echo_script
 from dormant.records import ToolCall
-from dormant.tools import tool
+from dormant.tools.spec import tool
 from tests.server.support import Served, serve
 
 
@@ -176,7 +176,7 @@ async def test_responses_with_conversation_previous_id_streaming_and_tools() -> 
 
 
 async def test_a_reply_cut_by_the_output_cap_finishes_with_length() -> None:
-    """Issue 14: the endpoint says ``length``, not ``stop``, for a reply the cap cut."""
+    """The endpoint says ``length``, not ``stop``, for a reply the cap cut."""
     cut = ScriptedModel(lambda request: ModelReply(text="The answer is", finish_reason="length"))
     async with serve([Agent(name="assistant", model=cut)]) as s:
         c = client(s)

@@ -115,7 +115,7 @@ async def test_bad_requests_get_coded_errors_not_500() -> None:
 
 
 async def test_messages_and_threads_show_cut_replies_reasoning_and_usage() -> None:
-    """Issue 14: what the model server said about a reply reaches HTTP callers."""
+    """What the model server said about a reply reaches HTTP callers."""
     said = ModelReply(
         text="The answer is",
         finish_reason="length",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dormant.config import Settings
+from dormant.config import RSS_ALIASES, Settings
 from dormant.errors import UsageError
 
 
@@ -47,3 +47,17 @@ def test_settings_are_frozen() -> None:
     s = Settings.build()
     with pytest.raises(Exception):  # noqa: B017 - pydantic's frozen error type is an implementation detail
         s.concurrency = 3
+
+
+def test_rss_settings_answer_to_their_earlier_memory_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The governor's settings are rss_*; the earlier memory_* names (and DORMANT_MEMORY_*
+    variables) still set them, and the new name wins when both are given."""
+    monkeypatch.setenv("DORMANT_MEMORY_LIMIT", "512M")
+    monkeypatch.setenv("DORMANT_MEMORY_GOVERNOR", "false")
+    settings = Settings.from_env()
+    assert settings.rss_limit == 512 << 20 and settings.rss_governor is False
+    monkeypatch.setenv("DORMANT_RSS_LIMIT", "1G")
+    assert Settings.from_env().rss_limit == 1 << 30
+    assert Settings.build(memory_warn=0.5).rss_warn == 0.5
+    assert set(RSS_ALIASES) == {name for name in Settings.model_fields if name.startswith("rss_")}
+    assert not any(name.startswith("memory_") for name in Settings.model_fields)

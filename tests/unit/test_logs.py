@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dormant.cli import setup_logging
+from dormant.cli.main import setup_logging
 from dormant.logs import MAX_FIELD_CHARS, JsonFormatter, bind, bound
 
 

@@ -1,4 +1,4 @@
-"""Text on its way to the store (issue 12.5): NUL and lone surrogates never reach it,
+"""Text on its way to the store: NUL and lone surrogates never reach it,
 and truncate() never raises."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 
 from dormant.records import NewInput
 from dormant.store.sqlite import SQLiteStore
-from dormant.text import REPLACEMENT, clean, stored_output, truncate
+from dormant.text import REPLACEMENT, clean, truncate
+from dormant.tools.blobs import stored_output
 
 LISTDIR_NAME = b"caf\xe9.txt".decode("utf-8", "surrogateescape")  # as os.listdir gives it
 

@@ -1,4 +1,4 @@
-"""Store URLs fit to show (issue 12.4): no password in output, logs or error text."""
+"""Store URLs fit to show: no password in output, logs or error text."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_remembered_secrets_are_bounded() -> None:
 
 
 def test_the_cli_log_format_scrubs_store_passwords() -> None:
-    from dormant.cli import EventFormatter
+    from dormant.cli.main import EventFormatter
 
     urls.remember(f"postgresql://app:{SECRET}@db/prod")
     record = logging.makeLogRecord(

@@ -1,4 +1,4 @@
-"""Hand-written httpx adapter against the official ``openai`` SDK, on this workload (issue 14).
+"""Hand-written httpx adapter against the official ``openai`` SDK, on this workload.
 
 ``python -m dormant.bench.adapter [--chunks N] [--repeat R]`` prints three things:
 

@@ -47,7 +47,7 @@ from ..models.base import ModelReply, ModelRequest
 from ..models.scripted import ScriptedModel
 from ..records import Claim, NewInput, ToolCall
 from ..runtime import Runtime
-from ..tools import ToolContext, tool
+from ..tools.spec import ToolContext, tool
 
 #: Threads whose index is a multiple of this get a follow-up text with every turn.
 FOLLOW_UP_EVERY = 5

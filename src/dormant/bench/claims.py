@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dormant.records import NewInput, Priority
-from dormant.store import open_store
+from ..records import NewInput, Priority
+from ..store import open_store
 
 
 def thread_ids(threads: int, tenants: int) -> list[str]:
@@ -104,7 +104,7 @@ def main() -> None:
             elif name == "sqlite":
                 url = f"sqlite:///{Path(tmp) / 'claims.db'}"
             elif name == "postgres":
-                from dormant.bench.pg import bench_postgres_url
+                from .pg import bench_postgres_url
 
                 url = bench_postgres_url()
             else:

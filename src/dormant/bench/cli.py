@@ -433,7 +433,7 @@ def recall(
         typer.Option(
             min=0,
             envvar="DORMANT_BENCH_SLICES",
-            help="Run through real agent slices instead (issue 16): the suite's queries as user "
+            help="Run through real agent slices instead: the suite's queries as user "
             "inputs, then this many slices each with recall on and off at MEMORIES records.",
         ),
     ] = 0,

@@ -1,4 +1,4 @@
-"""The bounded-context benchmark (issue 4): cost per slice flat in history length.
+"""The bounded-context benchmark: cost per slice flat in history length.
 
 Two threads on one store, run by the real runtime with a scripted model:
 
@@ -36,7 +36,7 @@ from ..models.base import ModelReply, ModelRequest
 from ..models.scripted import ScriptedModel
 from ..records import ToolCall
 from ..runtime import Runtime
-from ..tools import tool
+from ..tools.spec import tool
 from .scale import rss_bytes, store_url, trim
 
 WINDOW = 12_000  # tokens; the history budget is what is left after output, system and tools

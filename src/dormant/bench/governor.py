@@ -1,4 +1,4 @@
-"""The memory governor benchmark (issue 17): a tool that allocates, a hard limit it must hold.
+"""The RSS governor benchmark: a tool that allocates, a hard limit it must hold.
 
 Every turn of every thread calls an inline tool that allocates ``hog_mb`` MiB in
 ``chunk_mb`` pieces (touching every page, a pause between pieces) and holds it a
@@ -38,12 +38,12 @@ from typing import Any
 from ..agent import Agent
 from ..config import Settings
 from ..errors import Overloaded
-from ..governor import MIB
-from ..governor_loop import rss_bytes
+from ..governor.levels import MIB
+from ..governor.loop import rss_bytes
 from ..logs import JsonFormatter
 from ..models.scripted import ScriptedModel, tool_round_trip
 from ..runtime import Runtime
-from ..tools import tool
+from ..tools.spec import tool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,9 +107,9 @@ async def run(config: GovernorBenchConfig) -> dict[str, Any]:
         settings = Settings.build(
             store=f"sqlite:///{tmp}/g.db",
             concurrency=config.concurrency,
-            memory_limit=hard,
-            memory_sample_s=config.sample_s,
-            memory_retry_after_s=config.retry_after_s,
+            rss_limit=hard,
+            rss_sample_s=config.sample_s,
+            rss_retry_after_s=config.retry_after_s,
             lease_s=30.0,
             retry_base_s=0.05,
             poll_s=0.02,

@@ -1,4 +1,4 @@
-"""``dormant bench recall --slices``: recall measured through real agent slices (issue 16).
+"""``dormant bench recall --slices``: recall measured through real agent slices.
 
 Two phases on a SQLite store, with the scripted model:
 
@@ -31,13 +31,13 @@ from typing import Any
 
 from ..agent import Agent
 from ..config import Settings
-from ..loop_memory import Prepared
 from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
 from ..memory.records import NewMemory
 from ..models.base import ModelReply, ModelRequest
 from ..models.scripted import ScriptedModel
 from ..records import NewInput
 from ..runtime import Runtime
+from ..slices.memory import Prepared
 from ..subject import SubjectOptions
 from .recall_eval import grade, percentile
 from .recall_suite import T_END, build_suite
@@ -59,7 +59,7 @@ def _agents() -> list[Agent]:
 
 
 def _settings(path: Path) -> Settings:
-    return Settings.build(store=f"sqlite:///{path}", concurrency=8, poll_s=0.01, memory_governor=False)
+    return Settings.build(store=f"sqlite:///{path}", concurrency=8, poll_s=0.01, rss_governor=False)
 
 
 async def quality(out: Path, *, subjects: int, rich: int, seed: int, embedder: Embedder) -> dict[str, Any]:

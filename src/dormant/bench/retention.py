@@ -1,5 +1,5 @@
 """``dormant bench retention``: one thread's store footprint over many tool turns,
-without retention and with it (a :func:`dormant.retention.gc_round` every few turns).
+without retention and with it (a :func:`dormant.retention.policy.gc_round` every few turns).
 
 A turn is what one agent turn commits, through the store's own slice operations: a
 user input, a slice whose reply calls a tool, the tool's result (OUTPUT_KB of text)
@@ -25,8 +25,8 @@ from pathlib import Path
 import apsw
 
 from ..records import CommitPlan, Message, NewCall, NewInput, Summary, ToolCall, ViewLimits
-from ..retention import RetentionPolicy, gc_round
-from ..slice import input_message
+from ..retention.policy import RetentionPolicy, gc_round
+from ..slices.step import input_message
 from ..store.sqlite import SQLiteStore
 
 THREAD = "agent"

@@ -33,7 +33,7 @@ from ..config import Settings
 from ..models.scripted import ScriptedModel, tool_round_trip
 from ..records import NewInput
 from ..runtime import Runtime
-from ..tools import tool
+from ..tools.spec import tool
 
 #: The runtime's default view cache budget (what a user gets without flags).
 DEFAULT_VIEW_CACHE_BYTES: int = Settings.model_fields["view_cache_bytes"].default

@@ -2,7 +2,7 @@
 the benchmarks): its event loop runs in a thread of its own.
 
 A store's writer and connections belong to the event loop that opened it; memory's
-rows hand their jobs to that loop (:class:`~dormant.store.sqlite.memory.StoreRows`).
+rows hand their jobs to that loop (:class:`~dormant.store.sqlite.memory.rows.StoreRows`).
 Code without a loop of its own runs the store here and calls the core directly.
 """
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ..errors import InvalidInput, NotFound, UsageError
-from ..store.keys import check_tenant_id
-from ..store.tenancy import tenant_of
+from ..tenants.keys import check_tenant_id
+from ..tenants.scope import tenant_of
 from .access import AccessCounts
 from .backend import AddItem, AddResult, Forget, MemoryBackend, MemoryWrites, RebindMode, Search
 from .binding import bind, check_key, part_hash, part_hashes

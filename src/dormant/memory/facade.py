@@ -12,6 +12,7 @@ another tenant's view over the same core.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +37,10 @@ from .records import (
 
 if TYPE_CHECKING:
     from ..store.base import Store
+
+
+#: Tenant handles a memory keeps (each a few hundred bytes).
+MAX_TENANT_HANDLES = 256
 
 
 async def _tenant_id(store: Store | None, tenant: str) -> str:
@@ -65,12 +70,27 @@ class Memory:
         self.tenant = tenant
         self._owned = owned
         self._store = store if store is not None else owned
+        # the handles of for_tenant, shared by every handle of this memory (bounded)
+        self._handles: OrderedDict[str, Memory] = OrderedDict()
 
     async def for_tenant(self, tenant: str) -> Memory:
         """The same memory seen by another tenant of the store (``tenant``: its name or id,
-        ``""`` for the default). NotFound for a tenant the store does not have."""
-        tenant_id = await _tenant_id(self._store, tenant)
-        return Memory(self.core, tenant=tenant_id, store=self._store)
+        ``""`` for the default). NotFound for a tenant the store does not have.
+
+        This is the one way to a tenant's memory (:meth:`dormant.runtime.Runtime.memory_for`
+        goes through it from a thread id). Handles are kept, the
+        :data:`MAX_TENANT_HANDLES` most recently used, so a tenant's name is looked up
+        in the store once, not at every slice."""
+        handle = self._handles.get(tenant)
+        if handle is None:
+            tenant_id = await _tenant_id(self._store, tenant)
+            handle = Memory(self.core, tenant=tenant_id, store=self._store)
+            handle._handles = self._handles
+            self._handles[tenant] = handle
+            while len(self._handles) > MAX_TENANT_HANDLES:
+                self._handles.popitem(last=False)
+        self._handles.move_to_end(tenant)
+        return handle
 
     @classmethod
     async def on_store(

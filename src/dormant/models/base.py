@@ -29,7 +29,7 @@ MAX_REPLY_BYTES = 4 * 1024 * 1024
 class ChatOverhead(msgspec.Struct, frozen=True, kw_only=True):
     """What a model adapter's chat format costs besides the text it carries, in tokens.
 
-    The prompt budget (:mod:`dormant.budget`) counts these for every request; an adapter
+    The prompt budget (:mod:`dormant.view.budget`) counts these for every request; an adapter
     declares its own as a ``chat_overhead`` attribute (models without one are taken to
     use :data:`OPENAI_CHAT`). A stored message count already includes
     :data:`dormant.tokens.MESSAGE_OVERHEAD` a message: a format that costs more a message

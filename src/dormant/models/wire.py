@@ -11,7 +11,7 @@ chat templates accept, so the mapping follows a :class:`Dialect` the adapter dec
   messages are merged and the conversation after the system message starts with a
   user message;
 * tool-call ids: the store keeps a unique internal id (``<model id>.<seq>.<index>``,
-  see :func:`dormant.slice.call_id`); the model is shown its own id where that is
+  see :func:`dormant.slices.step.call_id`); the model is shown its own id where that is
   unique in the view and of the form the server accepts, else a compliant id derived
   from the internal one (stable, so prompt caches still hit);
 * reasoning (stored apart from the answer) is never sent back, unless the dialect

@@ -5,7 +5,7 @@ Modules: :mod:`.app` (the app and its lifespan), :mod:`.routes` (REST v1),
 :mod:`.streams` (SSE), :mod:`.hub` (wake-ups and live text), :mod:`.turns` (one
 exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`,
 :mod:`.cli_tenants` (``dormant tenants``: tenants and API keys live in the store,
-see :mod:`dormant.store.keys`), :mod:`dormant.store.tenancy` (tenant scope of thread ids),
+see :mod:`dormant.tenants.keys`), :mod:`dormant.tenants.scope` (tenant scope of thread ids),
 :mod:`.limits` (body size before parsing), :mod:`.problems` (errors as JSON).
 """
 

@@ -57,7 +57,7 @@ async def serve_http(
     """Serve until SIGINT/SIGTERM (then running slices finish and the store closes).
 
     With ``worker_command`` (argv, environment), ``workers`` processes running it
-    (``dormant run``) execute the slices under a :class:`~dormant.workers.Supervisor`;
+    (``dormant run``) execute the slices under a :class:`~dormant.ops.workers.Supervisor`;
     this process only serves HTTP.
     """
     app = create_app(runtime, config)
@@ -70,7 +70,7 @@ async def serve_http(
     supervisor = None
     supervising: asyncio.Task[int] | None = None
     if worker_command is not None:
-        from ..workers import Supervisor
+        from ..ops.workers import Supervisor
 
         argv, env = worker_command
         supervisor = Supervisor(argv, workers, env=dict(env), say=say)

@@ -32,9 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DormantError, UsageError
 from ..records import NewInput
-from ..store.tenancy import Scope
-from .app import ServerState, state_of
+from ..tenants.scope import Scope
 from .routes import ERRORS, TenantScope, agent_name, check_size
+from .state import ServerState, state_of
 from .turns import Answer, Outcome, exchange
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=ERRORS)

@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DormantError, NotFound, UsageError
 from ..records import NewInput
-from ..store.tenancy import Scope
-from .app import state_of
+from ..tenants.scope import Scope
 from .routes import ERRORS, TenantScope, agent_name, check_size
+from .state import state_of
 from .turns import Answer, Outcome, exchange
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=ERRORS)

@@ -1,7 +1,7 @@
 """The native REST API (v1): threads, inputs, paged messages, tool results, retry, status.
 
 Every route needs a tenant's bearer key and sees only that tenant's threads: ids are
-mapped through the caller's :class:`~dormant.store.tenancy.Scope`, and every runtime and
+mapped through the caller's :class:`~dormant.tenants.scope.Scope`, and every runtime and
 store call carries the caller's tenant, which the store core enforces again. Another
 tenant's id, cursor, call id or blob ref answers 404.
 """
@@ -14,14 +14,13 @@ from typing import Annotated, Literal
 import msgspec
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
-from ..blobs import MAX_READ
 from ..errors import Busy, PayloadTooLarge, UsageError
+from ..memory.registers import SUBJECT_KEY
 from ..records import NewInput, Priority
-from ..registers import SUBJECT_KEY
 from ..runtime import Runtime
 from ..store.base import MAX_PAGE
-from ..store.tenancy import Scope
-from .app import state_of, tenant_scope
+from ..tenants.scope import Scope
+from ..tools.blobs import MAX_READ
 from .schemas import (
     AdmissionOut,
     ErrorBody,
@@ -35,6 +34,7 @@ from .schemas import (
     ThreadPage,
     ToolResultIn,
 )
+from .state import state_of, tenant_scope
 
 ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 422, 429, 503)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..records import Message, StoreStatus, Thread, Usage
-from ..store.tenancy import THREAD_ID_PATTERN, Scope
+from ..tenants.scope import THREAD_ID_PATTERN, Scope
 
 #: How an input that arrives while its thread runs a slice is handled.
 Strategy = Literal["enqueue", "reject", "interrupt", "rollback"]

@@ -31,10 +31,10 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import DormantError, UsageError
-from .app import ServerState, state_of
 from .hub import Subscriber
 from .routes import ERRORS, TenantScope
 from .schemas import MessageOut
+from .state import ServerState, state_of
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=ERRORS)
 

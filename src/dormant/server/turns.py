@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..errors import ModelError, NotFound, UsageError
 from ..records import Message, NewInput, ToolCall
 from ..tokens import DEFAULT_ENCODING, count_text
-from .app import ServerState
+from .state import ServerState
 
 #: Most messages one turn may add before the exchange gives up (a runaway agent).
 MAX_TURN_MESSAGES = 256

@@ -9,7 +9,7 @@ nothing is acknowledged before it is durable.
 
 Tenant scope: every thread, input and blob operation takes ``tenant`` (keyword-only;
 None, the default, is the library's unscoped access). With a tenant id, a thread id
-outside that tenant (:func:`~dormant.store.tenancy.tenant_of`) is NotFound, the same
+outside that tenant (:func:`~dormant.tenants.scope.tenant_of`) is NotFound, the same
 as a thread that never existed, and nothing is read or written; listings hold only
 the tenant's threads. ``dormant serve`` passes the caller's tenant on every call.
 """
@@ -39,9 +39,9 @@ from ..records import (
 )
 
 if TYPE_CHECKING:
-    from ..cache import ViewCache
-    from ..doctor import Report
     from ..memory.backend import MemoryBackend
+    from ..view.cache import ViewCache
+    from .health import Report
     from .journal import StateJournal
     from .views import ViewReads
 
@@ -54,7 +54,7 @@ class Store(Protocol):
 
     url: str
     #: the view cache (one per store, handed in or created from its byte budget): the
-    #: memory governor reads its size and shrinks it
+    #: RSS governor reads its size and shrinks it
     views: ViewCache
     #: what building views read from the database (benchmarks; a cache hit reads nothing)
     view_reads: ViewReads
@@ -92,9 +92,9 @@ class Store(Protocol):
         for a store doctor cannot examine."""
         ...
 
-    async def release_memory(self) -> int:
+    async def release_caches(self) -> int:
         """Give back what the database library caches in this process (SQLite's page
-        caches; the memory governor calls it under memory pressure). Returns how many
+        caches; the RSS governor calls it under memory pressure). Returns how many
         connections released memory (0 for a store that caches nothing here)."""
         ...
 
@@ -274,7 +274,7 @@ class Store(Protocol):
         """
         ...
 
-    # -- blobs (see dormant.blobs) ---------------------------------------------------
+    # -- blobs (see dormant.tools.blobs) ---------------------------------------------------
 
     async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
         """Retention: cut at most ``limit`` tool results older than the thread's ``keep``
@@ -352,10 +352,10 @@ class Store(Protocol):
 
     async def sweep_blobs(self) -> int:
         """Remove what blob writes that never finished left behind more than
-        :data:`~dormant.blobs.TMP_TTL_S` ago; returns how many chunks went."""
+        :data:`~dormant.tools.blobs.TMP_TTL_S` ago; returns how many chunks went."""
         ...
 
-    # -- tenants and API keys (``dormant serve``; see :mod:`dormant.store.keys`) ---------
+    # -- tenants and API keys (``dormant serve``; see :mod:`dormant.tenants.keys`) ---------
 
     async def create_tenant(self, name: str) -> Tenant:
         """A new tenant named ``name``; UsageError for a bad or taken name."""

@@ -4,14 +4,14 @@
 Every domain rule lives here, whatever the database: validation and size limits of
 inputs, paging (page size, cursors), which summary a view starts from and the view
 driver (:mod:`dormant.store.views`), plan checks, the view cache (one
-:class:`~dormant.cache.ViewCache`, handed in or created here, reachable as
+:class:`~dormant.view.cache.ViewCache`, handed in or created here, reachable as
 :attr:`StoreCore.views`), the byte cut of a slice's inputs, claim tokens, tenant
 scope. The backend only moves rows.
 
 Tenant scope: every thread, input and blob operation takes ``tenant`` (keyword; None,
 the default, is the library's unscoped access). With a tenant, an id outside it is
 NotFound before any row is read, a listing stops at the tenant's last thread, and a
-slice's plan may write only into its own tenant (:mod:`dormant.store.tenancy`).
+slice's plan may write only into its own tenant (:mod:`dormant.tenants.scope`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .. import inbox
-from ..blobs import read_length
-from ..cache import ViewCache
 from ..errors import InvalidInput, NotFound, StoreError, UsageError
-from ..journal import validate_changes, validate_state
+from ..journal.rules import validate_changes, validate_state
+from ..memory.registers import is_binding_key
 from ..records import (
     Admission,
     BlobRef,
@@ -46,8 +45,9 @@ from ..records import (
     TierSizes,
     ViewLimits,
 )
-from ..registers import is_binding_key
-from . import tenancy
+from ..tenants import scope as tenancy
+from ..tools.blobs import read_length
+from ..view.cache import ViewCache
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
 from .core_retention import SummaryRetention
@@ -57,8 +57,8 @@ from .rows import MAX_ROW_STATE_BYTES, row_state
 from .views import PendingCounts, ViewReads, load_view
 
 if TYPE_CHECKING:
-    from ..doctor import Report
     from ..memory.backend import MemoryBackend
+    from .health import Report
 
 _log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is ke
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 24 * 1024 * 1024
-#: Disk for views evicted from RAM (:mod:`dormant.spill`).
+#: Disk for views evicted from RAM (:mod:`dormant.view.spill`).
 DEFAULT_VIEW_SPILL_BYTES = 256 * 1024 * 1024
 #: Most characters of a thread's ``wait_reason`` kept.
 MAX_WAIT_REASON = 1_000
@@ -167,7 +167,7 @@ class StoreCore(TenantRules, SummaryRetention):
     """The :class:`~dormant.store.base.Store` over one backend.
 
     ``views`` is the view cache (created from ``view_cache_bytes`` and
-    ``view_spill_bytes`` when not handed in); the memory governor reaches it as
+    ``view_spill_bytes`` when not handed in); the RSS governor reaches it as
     ``store.views``. ``view_reads`` counts what building views read (benchmarks).
     """
 
@@ -237,10 +237,15 @@ class StoreCore(TenantRules, SummaryRetention):
         """``dormant doctor`` for this database (UsageError if it has none)."""
         return self.backend.diagnose(quick=quick, now=now, stuck_after_s=stuck_after_s)
 
+    async def release_caches(self) -> int:
+        """Free the backend's in-process database caches (RSS pressure); how many
+        connections gave RAM back. The view cache is the governor's to shrink."""
+        return await self.backend.release_caches()
+
     async def release_memory(self) -> int:
-        """Free the backend's in-process database caches (memory pressure); how many
-        connections released memory. The view cache is the governor's to shrink."""
-        return await self.backend.release_memory()
+        """The earlier name of :meth:`release_caches` (deprecated: "memory" now means
+        long-term memory only)."""
+        return await self.release_caches()
 
     def memory_rows(self) -> MemoryBackend:
         """Long-term memory's rows in this store (the backend's; the rules are
@@ -253,7 +258,7 @@ class StoreCore(TenantRules, SummaryRetention):
         self, thread_id: str, agent: str, *, tenant: str | None = None, state: Mapping[str, str] | None = None
     ) -> Thread:
         """Create a thread if it does not exist, with key/value ``state`` (JSON text
-        values, e.g. its subject: :data:`dormant.registers.SUBJECT_KEY`) journaled in the
+        values, e.g. its subject: :data:`dormant.memory.registers.SUBJECT_KEY`) journaled in the
         same transaction when it is new; the stored row either way."""
         tenancy.check([thread_id], tenant)
         if state:
@@ -513,7 +518,9 @@ class StoreCore(TenantRules, SummaryRetention):
         :meth:`Backend.shrink_tool_results`); how many were cut. Its cached views go."""
         if keep < 1 or head_chars < 0 or limit < 1:
             raise UsageError("keep and limit must be >= 1, head_chars >= 0")
-        cut = await self.backend.shrink_tool_results(thread_id, keep, head_chars, RETENTION_NOTE, limit)
+        cut = await self.backend.retention.shrink_tool_results(
+            thread_id, keep, head_chars, RETENTION_NOTE, limit
+        )
         if cut:
             self.views.discard(thread_id)
         return cut
@@ -524,7 +531,7 @@ class StoreCore(TenantRules, SummaryRetention):
         (see :meth:`Backend.prune_history`); how many messages."""
         if min(keep_runs, keep_tool_calls, limit) < 1:
             raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
-        deleted = await self.backend.prune_history(
+        deleted = await self.backend.retention.prune_history(
             thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit
         )
         if deleted:
@@ -536,15 +543,15 @@ class StoreCore(TenantRules, SummaryRetention):
         consumed): a redelivery of one is admitted again; how many."""
         if limit < 1:
             raise UsageError("limit must be >= 1")
-        return await self.backend.prune_dedup_keys(before, limit)
+        return await self.backend.retention.prune_dedup_keys(before, limit)
 
     async def retention_sizes(self) -> TierSizes:
         """Bytes each retention tier takes (reads every message: for metrics and budgets, not per slice)."""
-        return await self.backend.tier_sizes(RETENTION_NOTE)
+        return await self.backend.retention.tier_sizes(RETENTION_NOTE)
 
     async def oldest_ready_at(self) -> float | None:
         """When the oldest input a thread could consume now was admitted (None: none)."""
-        return await self.backend.oldest_ready_at(self.clock())
+        return await self.backend.retention.oldest_ready_at(self.clock())
 
     async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
         """A new thread branching from ``source`` after its message ``at_seq`` (its views
@@ -558,7 +565,7 @@ class StoreCore(TenantRules, SummaryRetention):
         if not new_id or len(new_id.encode()) > inbox.MAX_THREAD_ID_BYTES:
             raise InvalidInput(f"thread id must be 1..{inbox.MAX_THREAD_ID_BYTES} bytes")
         validate_state(state)
-        return await self.backend.fork_thread(source, new_id, at_seq, state)
+        return await self.backend.retention.fork_thread(source, new_id, at_seq, state)
 
     # -- blobs -----------------------------------------------------------------------
 
@@ -567,12 +574,12 @@ class StoreCore(TenantRules, SummaryRetention):
     ) -> BlobRef:
         """Store ``chunks`` as one blob that ``thread_id`` refers to."""
         tenancy.check([thread_id], tenant)
-        return await self.backend.put_blob(thread_id, chunks)
+        return await self.backend.blobs.put_blob(thread_id, chunks)
 
     async def get_blob(self, thread_id: str, ref: str, *, tenant: str | None = None) -> BlobRef:
         """The blob ``ref`` if ``thread_id`` or an ancestor refers to it."""
         tenancy.check([thread_id], tenant)
-        size = await self.backend.blob_size(thread_id, ref)
+        size = await self.backend.blobs.blob_size(thread_id, ref)
         if size is None:
             raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
         return BlobRef(ref=ref, size=size)
@@ -583,7 +590,7 @@ class StoreCore(TenantRules, SummaryRetention):
         """A byte range of a blob ``thread_id`` may see."""
         tenancy.check([thread_id], tenant)
         length = read_length(offset, length)
-        data = await self.backend.read_blob(thread_id, ref, offset, length)
+        data = await self.backend.blobs.read_blob(thread_id, ref, offset, length)
         if data is None:
             raise NotFound(f"thread {thread_id!r} has no blob {ref!r}")
         self.blob_read_bytes += len(data)
@@ -591,4 +598,4 @@ class StoreCore(TenantRules, SummaryRetention):
 
     async def sweep_blobs(self) -> int:
         """Remove what blob writes that never finished left (an hour old); chunks removed."""
-        return await self.backend.sweep_blobs()
+        return await self.backend.blobs.sweep_blobs()

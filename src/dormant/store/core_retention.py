@@ -28,4 +28,4 @@ class SummaryRetention:
         stored. Cached views are untouched: the summaries they hold all stay."""
         if keep < 1 or limit < 1:
             raise UsageError("keep and limit must be >= 1")
-        return await self.backend.prune_summaries(thread_id, keep, limit)
+        return await self.backend.retention.prune_summaries(thread_id, keep, limit)

@@ -6,15 +6,15 @@ steps, each its own transaction: (1) its header (``recoverable`` false), (2) its
 body in pieces, (3) the pieces read back and their digest checked, then the header
 marked recoverable. A crash anywhere before (3) ends leaves a header that recovery
 ignores, so the last recoverable checkpoint stays usable; the change records stay
-the truth either way (:mod:`dormant.journal`).
+the truth either way (:mod:`dormant.journal.rules`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import journal
 from ..errors import NotFound, StoreError, UsageError
+from ..journal import rules as journal
 from ..records import JournalEntry, Page
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
@@ -65,7 +65,7 @@ class StateJournal:
     ) -> Page[JournalEntry]:
         """One page of a thread's journal by seq (NotFound if the thread is missing)."""
         limit = clamp_limit(limit)
-        rows = await self.backend.journal_rows(thread_id, seq_cursor(cursor, default=0), limit + 1)
+        rows = await self.backend.journal.journal_rows(thread_id, seq_cursor(cursor, default=0), limit + 1)
         if rows is None:
             raise NotFound(f"no thread {thread_id!r}")
         items = tuple(rows[:limit])
@@ -74,7 +74,7 @@ class StateJournal:
     async def _body(self, entry: JournalEntry) -> str:
         pieces: list[str] = []
         while len(pieces) < entry.parts:
-            page = await self.backend.checkpoint_parts(entry.thread_id, entry.seq, len(pieces), 64)
+            page = await self.backend.journal.checkpoint_parts(entry.thread_id, entry.seq, len(pieces), 64)
             if not page:
                 break
             pieces.extend(page)
@@ -88,7 +88,7 @@ class StateJournal:
     async def recover(self, thread_id: str) -> Recovered:
         """The newest recoverable full checkpoint, the recoverable increments that
         continue it, then the change records after them (NotFound if the thread is missing)."""
-        full = await self.backend.newest_checkpoint(thread_id, "full")
+        full = await self.backend.journal.newest_checkpoint(thread_id, "full")
         state: journal.State = journal.decode_full(await self._body(full)) if full else {}
         upto = full.upto if full else 0
         base = full.seq if full else 0
@@ -96,7 +96,7 @@ class StateJournal:
         increments = increment_bytes = 0
         after = base
         while True:
-            heads = await self.backend.checkpoints_after(thread_id, after, 64)
+            heads = await self.backend.journal.checkpoints_after(thread_id, after, 64)
             for head in heads:
                 after = head.seq
                 if head.kind != "incremental":
@@ -114,7 +114,7 @@ class StateJournal:
         replayed = 0
         cursor = upto
         while True:
-            rows = await self.backend.journal_rows(thread_id, cursor, READ_PAGE)
+            rows = await self.backend.journal.journal_rows(thread_id, cursor, READ_PAGE)
             if rows is None:
                 raise NotFound(f"no thread {thread_id!r}")
             for row in rows:
@@ -137,12 +137,12 @@ class StateJournal:
         each run's end (retention keeps the last change of each key per run). UsageError
         when the change records up to ``at_seq`` were folded into a later checkpoint.
         """
-        full = await self.backend.full_checkpoint_upto(thread_id, at_seq)
+        full = await self.backend.retention.full_checkpoint_upto(thread_id, at_seq)
         state: journal.State = journal.decode_full(await self._body(full)) if full else {}
         cursor = full.upto if full else 0
         first = True
         while cursor < at_seq:
-            rows = await self.backend.journal_rows(thread_id, cursor, READ_PAGE)
+            rows = await self.backend.journal.journal_rows(thread_id, cursor, READ_PAGE)
             if rows is None:
                 raise NotFound(f"no thread {thread_id!r}")
             if first and full is None:
@@ -160,7 +160,7 @@ class StateJournal:
     async def _check_not_folded(self, thread_id: str, at_seq: int, rows: list[JournalEntry]) -> None:
         """UsageError if the records before ``at_seq`` were folded: the oldest full
         checkpoint covers past ``at_seq`` and no change record it covers is left."""
-        heads = await self.backend.checkpoints_after(thread_id, 0, 1)
+        heads = await self.backend.journal.checkpoints_after(thread_id, 0, 1)
         oldest = heads[0] if heads and heads[0].kind == "full" else None
         if oldest is not None and at_seq < oldest.upto and (not rows or rows[0].seq > oldest.upto):
             raise UsageError(
@@ -170,32 +170,32 @@ class StateJournal:
 
     async def state_at_message(self, thread_id: str, msg_seq: int) -> journal.State:
         """The thread's state as it was when its last message seq was ``msg_seq``."""
-        at = await self.backend.journal_seq_at(thread_id, msg_seq)
+        at = await self.backend.retention.journal_seq_at(thread_id, msg_seq)
         return await self.state_at(thread_id, at) if at else {}
 
     async def apply_tiers(self, thread_id: str, *, full_runs: int, metric_runs: int, limit: int) -> int:
-        """Retention of the journal (see :mod:`dormant.retention`): change records of runs
+        """Retention of the journal (see :mod:`dormant.retention.policy`): change records of runs
         before the newest ``full_runs`` keep only the last change of each key per run;
         those of runs before the ``metric_runs`` after them are folded into the newest
         recoverable full checkpoint that covers them (with every older checkpoint). At
         most about ``limit`` rows per step; rows deleted."""
-        runs = await self.backend.thread_runs(thread_id)
+        runs = await self.backend.journal.thread_runs(thread_id)
         if runs is None:
             raise NotFound(f"no thread {thread_id!r}")
         past_full = runs - full_runs
         if past_full < 1:
             return 0
-        deleted = await self.backend.drop_superseded(thread_id, past_full, limit)
+        deleted = await self.backend.retention.drop_superseded(thread_id, past_full, limit)
         past_metric = past_full - metric_runs
         if past_metric < 1:
             return deleted
-        boundary = await self.backend.last_change_of_run(thread_id, past_metric)
+        boundary = await self.backend.retention.last_change_of_run(thread_id, past_metric)
         if boundary is None:
             return deleted
-        full = await self.backend.full_checkpoint_upto(thread_id, boundary)
+        full = await self.backend.retention.full_checkpoint_upto(thread_id, boundary)
         if full is None:
             return deleted  # nothing covers them yet: a full checkpoint comes every full_runs runs
-        return deleted + await self.backend.fold_journal(thread_id, full.upto, full.seq, limit)
+        return deleted + await self.backend.retention.fold_journal(thread_id, full.upto, full.seq, limit)
 
     async def checkpoint(self, thread_id: str, kind: str, part_chars: int = 64 * 1024) -> JournalEntry | None:
         """Write a checkpoint of ``kind`` (``full`` or ``incremental``) and mark it
@@ -213,27 +213,29 @@ class StateJournal:
             else journal.encode_increment(got.base, got.delta)
         )
         pieces = journal.split(body, part_chars)
-        head = await self.backend.begin_checkpoint(
+        head = await self.backend.journal.begin_checkpoint(
             thread_id, kind, got.upto, len(pieces), len(body.encode()), journal.digest(body), got.msg_seq
         )
         for first in range(0, len(pieces), 16):
-            await self.backend.put_checkpoint_parts(thread_id, head.seq, first, pieces[first : first + 16])
+            await self.backend.journal.put_checkpoint_parts(
+                thread_id, head.seq, first, pieces[first : first + 16]
+            )
         await self._body(head)  # read back: every piece there, digest right
-        if not await self.backend.mark_recoverable(thread_id, head.seq):
+        if not await self.backend.journal.mark_recoverable(thread_id, head.seq):
             raise StoreError(f"checkpoint {head.seq} of thread {thread_id!r} could not be marked recoverable")
-        return await self.backend.newest_checkpoint(thread_id, kind)
+        return await self.backend.journal.newest_checkpoint(thread_id, kind)
 
     async def maybe_checkpoint(
         self, thread_id: str, policy: journal.CheckpointPolicy, now: float
     ) -> JournalEntry | None:
         """Write the checkpoint ``policy`` says is due, if any; its header."""
-        runs = await self.backend.thread_runs(thread_id)
+        runs = await self.backend.journal.thread_runs(thread_id)
         if runs is None:
             raise NotFound(f"no thread {thread_id!r}")
         got = await self.recover(thread_id)
         last_any = got.full
         if got.base and (got.full is None or got.base != got.full.seq):
-            heads = await self.backend.checkpoints_after(thread_id, got.base - 1, 1)
+            heads = await self.backend.journal.checkpoints_after(thread_id, got.base - 1, 1)
             last_any = heads[0] if heads else got.full
         kind = journal.due(
             policy,
@@ -252,7 +254,7 @@ class StateJournal:
         full_bytes = got.full.size if got.full else 0
         newest = got.full
         if got.base and got.full is not None and got.base != got.full.seq:
-            heads = await self.backend.checkpoints_after(thread_id, got.base - 1, 1)
+            heads = await self.backend.journal.checkpoints_after(thread_id, got.base - 1, 1)
             newest = heads[0] if heads else newest
         return JournalFigures(
             last_checkpoint_age_s=now - newest.created_at if newest else None,
@@ -267,7 +269,7 @@ class StateJournal:
         """The same figures for the whole store: the newest checkpoint's age and size, and
         the estimated time to recover every thread's state (what the metrics exporter
         shows; a few aggregate queries over the checkpoint headers and change records)."""
-        at, size, full_bytes, increment_bytes, changes = await self.backend.journal_totals()
+        at, size, full_bytes, increment_bytes, changes = await self.backend.retention.journal_totals()
         return JournalFigures(
             last_checkpoint_age_s=None if at is None else max(0.0, now - at),
             last_checkpoint_bytes=size,
@@ -280,7 +282,7 @@ class StateJournal:
     async def checkpoint_state(self, thread_id: str, seq: int) -> tuple[JournalEntry, journal.State]:
         """The recoverable checkpoint at journal seq ``seq`` and the state it holds
         (UsageError if that entry is not one; NotFound if the thread is missing)."""
-        rows = await self.backend.journal_rows(thread_id, seq - 1, 1)
+        rows = await self.backend.journal.journal_rows(thread_id, seq - 1, 1)
         if rows is None:
             raise NotFound(f"no thread {thread_id!r}")
         head = rows[0] if rows and rows[0].seq == seq else None

@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from .. import registers
-from ..memory.records import MemoryRecord
+from ..memory.records import MemoryChange, MemoryRecord
+from ..memory.registers import read as read_registers
 from ..records import (
     ApiKey,
     Input,
@@ -280,7 +280,7 @@ def state_row(state: Mapping[str, str]) -> tuple[str | None, str | None]:
     """The thread row's ``state`` (the journal state as JSON text; None over
     :data:`MAX_ROW_STATE_BYTES`) and ``subject`` (its register's binding key, if any)."""
     text = msgspec.json.encode(dict(state)).decode()
-    return (text if len(text) <= MAX_ROW_STATE_BYTES else None), registers.read(state).subject
+    return (text if len(text) <= MAX_ROW_STATE_BYTES else None), read_registers(state).subject
 
 
 def row_state(text: str | None) -> dict[str, str] | None:
@@ -288,3 +288,28 @@ def row_state(text: str | None) -> dict[str, str] | None:
     if text is None:
         return None
     return {} if text == "{}" else _STATE_ROW.decode(text)
+
+
+def row_memory_change(row: Sequence[Any]) -> MemoryChange:
+    """A ``memory_history`` row (seq, tenant, op, subject, record_id, actor, at, detail)."""
+    return MemoryChange(
+        seq=row[0],
+        tenant=row[1],
+        op=row[2],
+        subject=row[3],
+        record_id=row[4],
+        actor=row[5],
+        at=row[6],
+        detail=row[7],
+    )
+
+
+#: The dialect-free end of both backends' ``TIER_SIZES`` (journal, blob and dedup-key
+#: bytes); each backend writes the message tiers in its own dialect before it.
+TIER_SIZES_TAIL = """\
+       (SELECT coalesce(sum(64 + coalesce(octet_length(value), 0)), 0) FROM state_journal)
+         + (SELECT coalesce(sum(octet_length(data)), 0) FROM state_parts),
+       (SELECT coalesce(sum(size), 0) FROM blobs WHERE size > 0),
+       (SELECT coalesce(sum(octet_length(thread_id) + octet_length(dedup_key) + 24), 0) FROM input_keys)
+FROM messages
+"""

@@ -1,4 +1,4 @@
-"""The one view-loading driver: :func:`~dormant.context.build_view` over a backend's reads.
+"""The one view-loading driver: :func:`~dormant.view.builder.build_view` over a backend's reads.
 
 ``build_view`` is pure and its callbacks are synchronous, so it runs against what
 has been read so far; when it asks for more (older messages, a parent link) the
@@ -14,8 +14,8 @@ and the next rebuild reads them instead of counting again.
 
 from __future__ import annotations
 
-from ..context import build_view, message_bytes
 from ..records import Message, Summary, Thread, ViewLimits
+from ..view.builder import build_view, message_bytes
 from .backend import SliceReader
 
 #: (thread_id, seq, tokens) of a message counted while building a view.
@@ -70,7 +70,7 @@ async def load_view(
 ) -> tuple[tuple[Message, ...], Summary | None, int, list[Count], tuple[int, int]]:
     """The bounded view of ``thread``: its messages, its summary, how many of the
     messages are inherited from ancestors, the counts it made (of messages stored
-    uncounted), and what the view weighs (:func:`~dormant.context.view_usage`)."""
+    uncounted), and what the view weighs (:func:`~dormant.view.builder.view_usage`)."""
     lineage = _Lineage(reader)
     summary = await _summary_for(reader, lineage, thread)
     chunks: dict[tuple[str, int, int], tuple[int, list[Message]]] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import inbox
-from ...cache import ViewCache
+from ...view.cache import ViewCache
 from ..core import DEFAULT_VIEW_CACHE_BYTES, DEFAULT_VIEW_SPILL_BYTES, StoreCore
 from .backend import PostgresBackend
 from .schema import SCHEMA_VERSION
@@ -44,7 +44,7 @@ class PostgresStore(StoreCore):
 
     async def sweep_blobs(self) -> int:
         """Remove the chunks of blob writes that never finished, over an hour ago."""
-        return await self.backend.sweep_blobs()
+        return await self.backend.blobs.sweep_blobs()
 
 
 __all__ = ["SCHEMA_VERSION", "PostgresBackend", "PostgresStore"]

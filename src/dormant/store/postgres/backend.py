@@ -26,30 +26,21 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ... import inbox
 from ...errors import DormantError, StoreError, UsageError
-from ...records import (
-    Admission,
-    ApiKey,
-    Claim,
-    CommitPlan,
-    NewInput,
-    OutboxEntry,
-    OutboxOutcome,
-    Tenant,
-    Thread,
-)
+from ...records import Admission, Claim, CommitPlan, NewInput, OutboxEntry, OutboxOutcome, Thread
 from ...urls import redact, scrub
 from ..backend import BackendDefaults
 from ..core import result_input
-from ..rows import row_entry, row_key, row_live_key, row_tenant, row_thread, state_row
+from ..rows import row_entry, row_thread, state_row
 from . import sql
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
 from .heartbeat import DbClock, Heartbeat
 from .journal import PgJournal
-from .memory import PgMemoryRows, PostgresMemoryBackend, vector_schema
+from .memory.rows import PgMemoryRows, PostgresMemoryBackend, vector_schema
 from .reads import PgReads, PgSliceReader
 from .retention import PgRetention
 from .schema import migrate_schema
+from .tenants import PgTenants
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
 
 log = logging.getLogger("dormant.store.postgres")
@@ -113,7 +104,7 @@ class PostgresBackend(BackendDefaults):
         self.heartbeat = Heartbeat(self._reads, self.db_clock, heartbeat_s)
         self.blobs = PostgresBlobs(self._reads, self.clock, lock_timeout_s)
         self.reads = PgReads(self._reads, self.clock)
-        # The pooled reads and the blob operations are those objects' own methods.
+        # The pooled reads are that object's own methods.
         self.get_thread = self.reads.get_thread
         self.history_rows = self.reads.history_rows
         self.thread_rows = self.reads.thread_rows
@@ -121,36 +112,10 @@ class PostgresBackend(BackendDefaults):
         self.has_work = self.reads.has_work
         self.status = self.reads.status
         self.tenant_status = self.reads.tenant_status
-        self.put_blob = self.blobs.put_blob
-        self.blob_size = self.blobs.blob_size
-        self.read_blob = self.blobs.read_blob
-        self.sweep_blobs = self.blobs.sweep_blobs
         self.delete_threads = self.blobs.delete_threads
         self.journal = PgJournal(self.reads, self._write, self.clock)
-        self.journal_rows = self.journal.journal_rows
-        self.newest_checkpoint = self.journal.newest_checkpoint
-        self.checkpoints_after = self.journal.checkpoints_after
-        self.thread_runs = self.journal.thread_runs
-        self.subject_threads = self.journal.subject_threads
-        self.begin_checkpoint = self.journal.begin_checkpoint
-        self.put_checkpoint_parts = self.journal.put_checkpoint_parts
-        self.checkpoint_parts = self.journal.checkpoint_parts
-        self.mark_recoverable = self.journal.mark_recoverable
         self.retention = PgRetention(self.reads, self._reads, self._write, self.clock, lock_timeout_s)
-        r = self.retention
-        self.shrink_tool_results = r.shrink_tool_results
-        self.prune_history = r.prune_history
-        self.prune_dedup_keys = r.prune_dedup_keys
-        self.prune_summaries = r.prune_summaries
-        self.drop_superseded = r.drop_superseded
-        self.last_change_of_run = r.last_change_of_run
-        self.full_checkpoint_upto = r.full_checkpoint_upto
-        self.fold_journal = r.fold_journal
-        self.journal_seq_at = r.journal_seq_at
-        self.fork_thread = r.fork_thread
-        self.tier_sizes = r.tier_sizes
-        self.journal_totals = r.journal_totals
-        self.oldest_ready_at = r.oldest_ready_at
+        self.tenants = PgTenants(self.reads, self._write)
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._writer: Writer | None = None  # None while closed
@@ -360,45 +325,6 @@ class PostgresBackend(BackendDefaults):
         )
         result: Thread | None = await self._write(job)
         return result
-
-    # -- tenants and API keys --------------------------------------------------------
-
-    async def insert_tenant(self, tenant: Tenant) -> bool:
-        """Insert the tenant; False when its name or id is taken."""
-        job = Job(sql.INSERT_TENANT, (tenant.id, tenant.name, tenant.created_at), lambda rows, _: bool(rows))
-        inserted: bool = await self._write(job)
-        return inserted
-
-    async def find_tenant(self, name_or_id: str) -> Tenant | None:
-        """The tenant with that id, else that name; None if neither."""
-        rows = await self.reads.rows(sql.FIND_TENANT, {"key": name_or_id})
-        return row_tenant(rows[0]) if rows else None
-
-    async def tenant_rows(self, after: str, limit: int) -> list[Tenant]:
-        """Tenants after ``after`` by name."""
-        return [row_tenant(r) for r in await self.reads.rows(sql.TENANT_PAGE, (after, limit))]
-
-    async def insert_key(self, key: ApiKey, salt: bytes, digest: bytes) -> None:
-        """Insert a key of an existing tenant."""
-        params = (key.id, key.tenant_id, salt, digest, key.created_at)
-        await self._write(Job(sql.INSERT_KEY, params, lambda rows, _: None))
-
-    async def revoke_key(self, key_id: str, now: float) -> ApiKey | None:
-        """Revoke the key unless already revoked; its row, None if missing."""
-        job = Job(
-            sql.REVOKE_KEY, {"id": key_id, "now": now}, lambda rows, _: row_key(rows[0]) if rows else None
-        )
-        result: ApiKey | None = await self._write(job)
-        return result
-
-    async def key_rows(self, tenant_id: str, after: str, limit: int) -> list[ApiKey]:
-        """The tenant's keys after ``after`` by id."""
-        return [row_key(r) for r in await self.reads.rows(sql.KEY_PAGE, (tenant_id, after, limit))]
-
-    async def live_key(self, key_id: str) -> tuple[bytes, bytes, Tenant] | None:
-        """A live key's salt, digest and tenant; None if missing or revoked."""
-        rows = await self.reads.rows(sql.LIVE_KEY, (key_id,))
-        return row_live_key(rows[0]) if rows else None
 
     # -- admission and slices --------------------------------------------------------
 

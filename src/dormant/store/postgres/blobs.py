@@ -20,9 +20,9 @@ from collections.abc import AsyncIterable, Callable, Iterable
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...blobs import CHUNK_BYTES, TMP_PREFIX, chunk_span, spool, tmp_cutoff, tmp_ref
 from ...errors import InvalidInput, NotFound, StoreError, StoreLocked
 from ...records import BlobRef
+from ...tools.blobs import CHUNK_BYTES, TMP_PREFIX, chunk_span, spool, tmp_cutoff, tmp_ref
 from . import sql
 from .driver import Conn, translate
 
@@ -31,7 +31,7 @@ SWEEP_EVERY_S = 600.0
 
 
 class PostgresBlobs:
-    """Blobs (see :mod:`dormant.blobs`) and thread deletion over the store's read pool.
+    """Blobs (see :mod:`dormant.tools.blobs`) and thread deletion over the store's read pool.
 
     ``reads`` returns the open pool (or raises StoreError when the store is closed).
     """

@@ -1,4 +1,4 @@
-"""The database clock and worker heartbeats of the PostgreSQL backend (issue 12.7).
+"""The database clock and worker heartbeats of the PostgreSQL backend.
 
 Workers on several hosts share one database, so a lease must not depend on any one
 host's clock: :class:`DbClock` is the server's clock as this process estimates it

@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...blobs import BLOB_LINE, REF_CHARS
 from ...errors import NotFound, UsageError
 from ...records import JournalEntry, Thread, TierSizes
+from ...tools.blobs import BLOB_LINE, REF_CHARS
 from ..rows import row_journal, row_thread, row_tier_sizes, state_row
 from . import sql
 from .driver import Conn, Rows, translate

@@ -16,6 +16,7 @@ from ..rows import (
     SUMMARY_COLS,
     THREAD_COLS,
     THREAD_TABLES,
+    TIER_SIZES_TAIL,
 )
 
 # The multi-row operations take their records as one jsonb document (msgspec encoding).
@@ -379,7 +380,7 @@ SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %(thread)s AND seq IN (
 ORDER BY seq DESC
 """
 
-# -- the state journal (issue 17.3); change records are written by dormant_commit_slice
+# -- the state journal; change records are written by dormant_commit_slice
 THREAD_RUNS = "SELECT runs FROM threads WHERE id = %s"
 # a tenant's active threads of one subject but one, most recently updated first (threads_subject)
 SUBJECT_THREADS = """
@@ -420,7 +421,7 @@ PARTS_PAGE = (
     "SELECT data FROM state_parts WHERE thread_id = %s AND seq = %s AND idx >= %s ORDER BY idx LIMIT %s"
 )
 
-# -- retention tiers (issue 17.2); see the SQLite statements of the same names ---------
+# -- retention tiers; see the SQLite statements of the same names ---------
 SHRINK_PICK = """
 SELECT m.seq,
        CASE WHEN left(m.content, %(plen)s) = %(line)s THEN substr(m.content, %(plen)s + 1, %(rlen)s) END
@@ -542,18 +543,16 @@ WITH t AS (
   FROM threads s WHERE s.id = %(src)s
   ON CONFLICT (id) DO NOTHING
   RETURNING *),{_WITH_STATE}"""
-TIER_SIZES = """
+TIER_SIZES = (
+    """
 SELECT coalesce(sum(octet_length(content))
                 FILTER (WHERE role = 'tool' AND right(content, length(%(note)s)) <> %(note)s), 0),
        coalesce(sum(octet_length(content))
                 FILTER (WHERE role = 'tool' AND right(content, length(%(note)s)) = %(note)s), 0),
        coalesce(sum(octet_length(content)) FILTER (WHERE role <> 'tool'), 0),
-       (SELECT coalesce(sum(64 + coalesce(octet_length(value), 0)), 0) FROM state_journal)
-         + (SELECT coalesce(sum(octet_length(data)), 0) FROM state_parts),
-       (SELECT coalesce(sum(size), 0) FROM blobs WHERE size > 0),
-       (SELECT coalesce(sum(octet_length(thread_id) + octet_length(dedup_key) + 24), 0) FROM input_keys)
-FROM messages
 """
+    + TIER_SIZES_TAIL
+)
 LAST_CHECKPOINT = """
 SELECT created_at, size FROM state_journal
 WHERE kind IN ('full', 'incremental') AND recoverable ORDER BY created_at DESC LIMIT 1

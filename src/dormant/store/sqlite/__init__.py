@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import inbox
-from ...cache import ViewCache
+from ...view.cache import ViewCache
 from ..core import DEFAULT_VIEW_CACHE_BYTES, DEFAULT_VIEW_SPILL_BYTES, StoreCore
 from .backend import SQLiteBackend
 from .connect import SCHEMA

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,6 @@ from ...errors import SchemaError, StoreError, StoreFull, UsageError
 from ...records import (
     READY_AGENTS_SHOWN,
     Admission,
-    BlobRef,
     Claim,
     CommitPlan,
     Message,
@@ -52,7 +51,7 @@ from . import jobs, journal_sql, outbox, sql
 from .blobs import SQLiteBlobs
 from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
 from .journal import SQLiteJournal
-from .memory import MemoryRows
+from .memory.rows import MemoryRows
 from .owners import WorkerLocks
 from .reader import ClaimBatches, SQLiteReader, model_figures
 from .retention import SQLiteRetention
@@ -60,7 +59,7 @@ from .tenants import SQLiteTenants
 from .writer import Conn, GroupWriter, Job
 
 if TYPE_CHECKING:
-    from ...doctor import Report
+    from ..health import Report
 
 #: Page cache of the writer connection, which also serves the slices' reads: the hot
 #: pages of threads, inputs and the message index (SQLite's default is 2,000 KiB).
@@ -77,7 +76,7 @@ RECOVER_EVERY_S = 0.25
 log = logging.getLogger("dormant.store")
 
 
-class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
+class SQLiteBackend(BackendDefaults):
     """The embedded default backend (``sqlite:///path``) and the in-RAM baseline (``memory://``)."""
 
     def __init__(
@@ -122,15 +121,8 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         self.memories = MemoryRows(self._write, self._read)  # long-term memory's rows
         self.memory_rows = self.memories.rows
         self.journal = SQLiteJournal(self._write, self._query, clock)
-        self.journal_rows = self.journal.journal_rows
-        self.newest_checkpoint = self.journal.newest_checkpoint
-        self.checkpoints_after = self.journal.checkpoints_after
-        self.thread_runs = self.journal.thread_runs
-        self.subject_threads = self.journal.subject_threads
-        self.begin_checkpoint = self.journal.begin_checkpoint
-        self.put_checkpoint_parts = self.journal.put_checkpoint_parts
-        self.checkpoint_parts = self.journal.checkpoint_parts
-        self.mark_recoverable = self.journal.mark_recoverable
+        self.retention = SQLiteRetention(self._write, self._query, clock)
+        self.tenants = SQLiteTenants(self._write, self._query, clock)
         # the lock files that prove workers of this file alive (files only)
         self._locks = WorkerLocks(self._path) if self._path is not None else None
         self._next_recovery = 0.0
@@ -166,9 +158,9 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
 
         return diagnose(self.url, self._path, quick=quick, now=now, stuck_after_s=stuck_after_s)
 
-    async def release_memory(self) -> int:
+    async def release_caches(self) -> int:
         """Free what SQLite can of each connection's page cache (apsw
-        ``Connection.release_memory``, i.e. ``sqlite3_db_release_memory``); how many
+        ``Connection.release_caches``, i.e. ``sqlite3_db_release_caches``); how many
         connections released memory (0 when the store is closed).
 
         A writer on its own thread is released on that thread, between batches (never
@@ -182,7 +174,7 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         for conn in conns:
             if self._closing or self._writer_queue is None:
                 break  # closed meanwhile: its connections hold nothing any more
-            release: Callable[[], None] = conn.release_memory
+            release: Callable[[], None] = conn.release_caches
             try:
                 if self._executor is not None and self._writer is conn:
                     await asyncio.get_running_loop().run_in_executor(self._executor, release)
@@ -246,7 +238,7 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
             None if self.memory else lambda: self._connect(name, READER_CACHE_KIB),
         )
         await self.memories.upgrade()  # memory's indexes a file of an older version lacks
-        await self.blobs.sweep()  # what puts that never finished left more than an hour ago
+        await self.blobs.sweep_blobs()  # what puts that never finished left more than an hour ago
         await self.recover()  # the leases of workers that died before this open
 
     def _damaged(self, exc: SchemaError) -> SchemaError:
@@ -300,7 +292,7 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         self._reader = self._writer = None  # memory's rows, on _write and _read, fail from now on
         self._batches.clear()
 
-    # -- dead workers (issue 12.7) ----------------------------------------------------
+    # -- dead workers ----------------------------------------------------
 
     async def _alive(self, worker: str) -> None:
         """Hold ``worker``'s lock file (before it holds a lease) and, at most every
@@ -580,19 +572,3 @@ class SQLiteBackend(SQLiteRetention, SQLiteTenants, BackendDefaults):
         )
 
     # -- blobs -----------------------------------------------------------------------
-
-    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
-        """Store ``chunks`` as one blob ``thread_id`` refers to."""
-        return await self.blobs.put(thread_id, chunks)
-
-    async def blob_size(self, thread_id: str, ref: str) -> int | None:
-        """Size of a blob the thread may see, None if it may not."""
-        return await self.blobs.size(thread_id, ref)
-
-    async def read_blob(self, thread_id: str, ref: str, offset: int, length: int) -> bytes | None:
-        """A byte range of a blob the thread may see, None if it may not."""
-        return await self.blobs.read(thread_id, ref, offset, length)
-
-    async def sweep_blobs(self) -> int:
-        """Remove what unfinished blob writes left (an hour old)."""
-        return await self.blobs.sweep()

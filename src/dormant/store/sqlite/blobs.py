@@ -11,7 +11,7 @@ content. The move uses ``UPDATE OR IGNORE``: a chunk another put of the same con
 already moved is the same bytes (same hash, same chunking), so it is kept and ours
 dropped. The last job checks every chunk is there, completes the row and adds the
 thread's reference, atomically. Failed writes leave ``tmp:`` chunks or a marker
-that the sweep removes after :data:`~dormant.blobs.TMP_TTL_S`.
+that the sweep removes after :data:`~dormant.tools.blobs.TMP_TTL_S`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from typing import Any
 
 import apsw
 
-from ...blobs import (
+from ...errors import NotFound, StoreError
+from ...records import BlobRef
+from ...tools.blobs import (
     BATCH_BYTES,
     CHUNK_BYTES,
     TMP_PREFIX,
@@ -32,8 +34,6 @@ from ...blobs import (
     tmp_cutoff,
     tmp_ref,
 )
-from ...errors import NotFound, StoreError
-from ...records import BlobRef
 from . import sql
 from .connect import translate
 from .writer import Conn, Job
@@ -48,7 +48,7 @@ Write = Callable[[Job, int], Awaitable[Any]]
 
 
 class SQLiteBlobs:
-    """Blobs (see :mod:`dormant.blobs`) of one SQLite backend: writes go through its
+    """Blobs (see :mod:`dormant.tools.blobs`) of one SQLite backend: writes go through its
     group writer (``write``), reads through its API connection (``read``)."""
 
     def __init__(self, write: Write, read: Callable[[], Conn], clock: Callable[[], float]) -> None:
@@ -59,12 +59,12 @@ class SQLiteBlobs:
 
     # -- writing ---------------------------------------------------------------------
 
-    async def put(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
         """Store ``chunks`` as one blob (by content) that ``thread_id`` refers to."""
         self._thread_exists(thread_id)
         now = self.clock()
         if now - self._swept_at >= SWEEP_EVERY_S:
-            await self.sweep()
+            await self.sweep_blobs()
         tmp = tmp_ref(now)
         chunker = Chunker()
         try:
@@ -118,7 +118,7 @@ class SQLiteBlobs:
         except Exception:  # the sweep removes them later
             return
 
-    async def sweep(self) -> int:
+    async def sweep_blobs(self) -> int:
         """Remove what writes that never finished left behind more than an hour ago
         (``tmp:`` chunks, unfinished moves); returns how many chunks went."""
         now = self.clock()
@@ -155,7 +155,7 @@ class SQLiteBlobs:
             return None
         return int(row[0]), int(row[1])
 
-    async def size(self, thread_id: str, ref: str) -> int | None:
+    async def blob_size(self, thread_id: str, ref: str) -> int | None:
         """The size of ``ref`` if ``thread_id`` or an ancestor refers to it, else None."""
         try:
             seen = self._visible(self._read(), thread_id, ref)
@@ -163,7 +163,7 @@ class SQLiteBlobs:
             raise translate(exc) from exc
         return seen[0] if seen is not None else None
 
-    async def read(self, thread_id: str, ref: str, offset: int, length: int) -> bytes | None:
+    async def read_blob(self, thread_id: str, ref: str, offset: int, length: int) -> bytes | None:
         """A byte range of a blob ``thread_id`` may see (None if not visible): only the
         pages holding it are read (incremental blob I/O on the chunks' rows)."""
         conn = self._read()

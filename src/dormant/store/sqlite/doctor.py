@@ -4,7 +4,7 @@
 migrate it and refuse a damaged file), and answers a :class:`SQLiteFacts`:
 integrity, schema version, sizes, leases that expired, outbox entries that
 are overdue or whose result never reached their thread, threads that wait for
-a result that cannot come, failed threads. :mod:`dormant.doctor` decides what
+a result that cannot come, failed threads. :mod:`dormant.ops.doctor` decides what
 is wrong. Every query is guarded: on a damaged file, what could not be read is
 reported as such and the rest is still read.
 """

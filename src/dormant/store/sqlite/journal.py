@@ -10,9 +10,10 @@ from ...errors import NotFound
 from ...records import JournalEntry
 from ..rows import row_journal
 from . import journal_sql, sql
-from .writer import Conn, Job
+from .writer import Conn
 
-Write = Callable[[Job, int], Awaitable[Any]]
+#: the backend's ``_write``: run a job on the group-committing writer (its size estimate optional)
+Write = Callable[..., Awaitable[Any]]
 Query = Callable[[str, Sequence[Any]], list[Any]]
 
 

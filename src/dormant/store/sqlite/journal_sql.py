@@ -1,12 +1,12 @@
 """The SQL of the state journal (checkpoints, recovery) and of the retention tiers, by
 name: the SQLite backend's statements for :mod:`dormant.store.journal` and
-:mod:`dormant.retention` (the rest are in :mod:`.sql`)."""
+:mod:`dormant.retention.policy` (the rest are in :mod:`.sql`)."""
 
 from __future__ import annotations
 
-from ..rows import JOURNAL_COLS
+from ..rows import JOURNAL_COLS, TIER_SIZES_TAIL
 
-# -- the state journal (issue 17.3) --------------------------------------------------
+# -- the state journal --------------------------------------------------
 JOURNAL_TOP = "SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = ?"
 THREAD_RUNS = "SELECT runs FROM threads WHERE id = ?"
 # a tenant's active threads of one subject but one, most recently updated first (threads_subject)
@@ -47,10 +47,10 @@ WHERE thread_id = ? AND kind IN ('full', 'incremental') AND recoverable = 1 AND 
 ORDER BY seq LIMIT ?
 """
 
-# -- retention tiers (issue 17.2); see dormant.retention ---------------------------------
+# -- retention tiers; see dormant.retention.policy ---------------------------------
 # Tool results older than the thread's newest ?2, longer than ?3 characters plus the note
 # ?4, oldest first, at most ?5: their ids and, for a blob's excerpt (its first ?6
-# characters are ?7, the line dormant.blobs.excerpt starts with), the ?8-character ref.
+# characters are ?7, the line dormant.tools.blobs.excerpt starts with), the ?8-character ref.
 SHRINK_PICK = """
 SELECT m.id, CASE WHEN substr(m.content, 1, ?6) = ?7 THEN substr(m.content, ?6 + 1, ?8) END
 FROM messages m
@@ -150,18 +150,16 @@ JOURNAL_SEQ_AT = (
 )
 THREAD_AGENT = "SELECT agent FROM threads WHERE id = ?"
 # bytes per tier (?1: the note a cut tool result ends with)
-TIER_SIZES = """
+TIER_SIZES = (
+    """
 SELECT coalesce(sum(CASE WHEN role = 'tool' AND substr(content, -length(?1)) <> ?1
                          THEN octet_length(content) END), 0),
        coalesce(sum(CASE WHEN role = 'tool' AND substr(content, -length(?1)) = ?1
                          THEN octet_length(content) END), 0),
        coalesce(sum(CASE WHEN role <> 'tool' THEN octet_length(content) END), 0),
-       (SELECT coalesce(sum(64 + coalesce(octet_length(value), 0)), 0) FROM state_journal)
-         + (SELECT coalesce(sum(octet_length(data)), 0) FROM state_parts),
-       (SELECT coalesce(sum(size), 0) FROM blobs WHERE size > 0),
-       (SELECT coalesce(sum(octet_length(thread_id) + octet_length(dedup_key) + 24), 0) FROM input_keys)
-FROM messages
 """
+    + TIER_SIZES_TAIL
+)
 # the newest recoverable checkpoint's time and size; then recovery's reads: the newest
 # full checkpoint of each thread, the increments after it, the change records after
 # the newest checkpoint

@@ -1,12 +1,12 @@
 """``dormant doctor``'s verdict on a SQLite database: its facts
-(:mod:`~dormant.store.sqlite.doctor`) judged into :class:`~dormant.doctor.Finding` rows."""
+(:mod:`~dormant.store.sqlite.doctor`) judged into :class:`~dormant.store.health.Finding` rows."""
 
 from __future__ import annotations
 
 import msgspec
 
-from ...doctor import Finding, Report
 from ...errors import UsageError
+from ..health import Finding, Report
 from .doctor import SQLiteFacts, inspect_sqlite
 
 #: A WAL larger than this (and than the database itself) means checkpoints fall behind.

@@ -5,7 +5,7 @@ lock file of its own, ``<db>.workers/<sha256 of its id>.lock`` (the id written i
 and holds it as long as its store is open. The kernel drops that lock when the process
 ends, however it ends (kill -9 included). So a lock another process can take proves
 its worker dead: its leases can be released at once instead of waiting for them to
-expire (issue 12.7). A worker whose lock file is missing (an older version, a lock
+expire. A worker whose lock file is missing (an older version, a lock
 directory that cannot be written) is never judged: its leases expire as before.
 
 Local files only: ``flock`` is not shared across hosts (nor is a SQLite file).

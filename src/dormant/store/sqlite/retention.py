@@ -1,18 +1,18 @@
 """Retention's row operations on SQLite (see :class:`~dormant.store.backend.Backend`),
-a mixin of :class:`~dormant.store.sqlite.backend.SQLiteBackend`: each write is one job
+the ``retention`` part of :class:`~dormant.store.sqlite.backend.SQLiteBackend`: each write is one job
 of the group-committing writer (one transaction), each read one query."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
 
-from ...blobs import BLOB_LINE, REF_CHARS
 from ...errors import NotFound, UsageError
 from ...records import JournalEntry, Thread, TierSizes
+from ...tools.blobs import BLOB_LINE, REF_CHARS
 from ..rows import row_journal, row_tier_sizes, state_row
 from . import jobs, journal_sql, sql
-from .writer import Conn, Job
+from .journal import Query, Write
+from .writer import Conn
 
 
 def release_refs(conn: Conn, thread_id: str, refs: set[str], note: str) -> None:
@@ -30,12 +30,10 @@ def release_refs(conn: Conn, thread_id: str, refs: set[str], note: str) -> None:
 class SQLiteRetention:
     """Retention tiers, journal folding, fork and the figures the exporter shows."""
 
-    if TYPE_CHECKING:
-        clock: Callable[[], float]
-
-        async def _write(self, job: Job, size: int = 256) -> Any: ...
-
-        def _query(self, statement: str, params: Sequence[Any] = ()) -> list[Any]: ...
+    def __init__(self, write: Write, query: Query, clock: Callable[[], float]) -> None:
+        self._write = write
+        self._query = query
+        self.clock = clock
 
     async def shrink_tool_results(
         self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
@@ -174,8 +172,8 @@ class SQLiteRetention:
         """(newest recoverable checkpoint's time or None, its bytes, bytes of each thread's
         newest full checkpoint, of the increments after them, change records after the
         newest checkpoints)."""
-        last = self._query(journal_sql.LAST_CHECKPOINT)
-        full, increments, changes = self._query(journal_sql.RECOVERY_READS)[0]
+        last = self._query(journal_sql.LAST_CHECKPOINT, ())
+        full, increments, changes = self._query(journal_sql.RECOVERY_READS, ())[0]
         at, size = (float(last[0][0]), int(last[0][1])) if last else (None, 0)
         return at, size, int(full), int(increments), int(changes)
 

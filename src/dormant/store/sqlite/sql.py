@@ -11,14 +11,7 @@ from functools import lru_cache
 
 import msgspec
 
-from ..rows import (
-    INPUT_COLS,
-    MESSAGE_COLS,
-    OUTBOX_COLS,
-    SUMMARY_COLS,
-    THREAD_COLS,
-    THREAD_TABLES,
-)
+from ..rows import INPUT_COLS, MESSAGE_COLS, OUTBOX_COLS, SUMMARY_COLS, THREAD_COLS, THREAD_TABLES
 
 encode = msgspec.json.encode
 

@@ -1,27 +1,26 @@
-"""Tenants and API keys on SQLite (see :class:`~dormant.store.backend.Backend`), a mixin
-of :class:`~dormant.store.sqlite.backend.SQLiteBackend`: each write is one job of the
+"""Tenants and API keys on SQLite (see :class:`~dormant.store.backend.Backend`), the
+``tenants`` part of :class:`~dormant.store.sqlite.backend.SQLiteBackend`: each write is one job of the
 group-committing writer (one transaction), each read one query; the rules are in
-:mod:`dormant.store.keys`."""
+:mod:`dormant.tenants.keys`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from ...records import ApiKey, Tenant
 from ..rows import row_key, row_live_key, row_tenant
 from . import sql
-from .writer import Conn, Job
+from .journal import Query, Write
+from .writer import Conn
 
 
 class SQLiteTenants:
     """Tenant and API key rows."""
 
-    if TYPE_CHECKING:
-
-        async def _write(self, job: Job, size: int = 256) -> Any: ...
-
-        def _query(self, statement: str, params: Sequence[Any] = ()) -> list[Any]: ...
+    def __init__(self, write: Write, query: Query, clock: Callable[[], float]) -> None:
+        self._write = write
+        self._query = query
+        self.clock = clock
 
     async def insert_tenant(self, tenant: Tenant) -> bool:
         """Insert the tenant; False when its name or id is taken."""

@@ -1,0 +1,5 @@
+"""``python -m dormant.cli``: the ``dormant`` command."""
+
+from .main import main
+
+main()

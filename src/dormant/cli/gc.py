@@ -1,0 +1,78 @@
+"""``dormant gc``: run retention over every thread (bounded rounds) and write the
+state checkpoints that are due (see :mod:`dormant.retention.policy`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from ..config import DEFAULT_STORE
+from ..errors import DormantError
+from ..journal.rules import CheckpointPolicy
+from ..retention.policy import RetentionPolicy, gc_round
+from .base import StoreOpt, fail, opened_store, out, run_async, settings_for
+
+
+def gc(
+    store: StoreOpt = DEFAULT_STORE,
+    keep_tool_calls: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-tool-calls",
+            envvar="DORMANT_RETENTION_TOOL_CALLS",
+            min=1,
+            help="Newest tool results per thread kept whole [default: 200].",
+        ),
+    ] = None,
+    head_chars: Annotated[
+        int | None,
+        typer.Option(
+            "--head-chars",
+            envvar="DORMANT_RETENTION_HEAD_CHARS",
+            min=0,
+            help="Characters an older result keeps [default: 512].",
+        ),
+    ] = None,
+) -> None:
+    """Apply the retention tiers (old tool results cut to an excerpt, old runs of history
+    and state folded, dedup keys past the horizon forgotten, superseded summaries that
+    nothing reads deleted) and write due checkpoints.
+
+    The other tiers follow the ``DORMANT_RETENTION_*``, ``DORMANT_DEDUP_HORIZON_S`` and
+    ``DORMANT_CHECKPOINT_*`` variables.
+    """
+    settings = settings_for(store, retention_tool_calls=keep_tool_calls, retention_head_chars=head_chars)
+    policy = RetentionPolicy.from_settings(settings)
+    checkpoints = CheckpointPolicy.from_settings(settings)
+
+    async def go() -> None:
+        threads = shrunk = deleted = summaries = written = 0
+        async with opened_store(settings) as st:
+            while True:  # passes over every thread, until one changes nothing
+                sizes = await st.retention_sizes() if policy.budget_bytes else None
+                cursor: str | None = None
+                changed = 0
+                while True:
+                    done = await gc_round(st, policy, checkpoints, time.time(), cursor, sizes=sizes)
+                    threads += done.threads
+                    changed += done.shrunk + done.deleted + done.summaries
+                    shrunk += done.shrunk
+                    deleted += done.deleted
+                    summaries += done.summaries
+                    written += done.checkpoints
+                    cursor = done.cursor
+                    if cursor is None:
+                        break
+                if changed == 0:
+                    break
+        out.print(
+            f"gc: {threads} thread visit(s), {shrunk} tool result(s) cut, {deleted} row(s) deleted, "
+            f"{summaries} superseded summary(ies) deleted, {written} checkpoint(s) written"
+        )
+
+    try:
+        run_async(go())
+    except DormantError as exc:
+        fail(exc)

@@ -1,0 +1,586 @@
+"""The ``dormant`` command line: init, run, serve, tenants, send, chat, threads, show, export, status,
+retry, doctor, backup, restore, demo, bench (``show`` and ``export`` are in :mod:`dormant.cli.history`,
+``backup`` and ``restore`` in :mod:`dormant.cli.backup`, ``serve`` in :mod:`dormant.cli.serve`, ``tenants``
+in :mod:`dormant.cli.tenants`, shared plumbing in :mod:`dormant.cli.base` and
+:mod:`dormant.cli.agents`).
+
+Every option has a ``DORMANT_*`` environment variable, shown in ``--help``.
+Settings are validated once (:meth:`Settings.from_env`). Expected errors
+(:class:`~dormant.errors.DormantError`) print one ``error: ...`` line on stderr
+and exit with 2 for the caller's mistakes (:class:`UsageError` and its
+subclasses) and 1 for operational failures; no traceback. Every listing is
+paged: no command prints an unbounded list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+import msgspec
+import typer
+from rich.console import JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from ..config import DEFAULT_STORE
+from ..errors import DormantError, UsageError
+from ..logs import JsonFormatter, fields
+from ..runtime import Runtime
+from ..store import open_store
+from ..urls import redact, scrub
+from .agents import (
+    AppOpt,
+    BaseUrlOpt,
+    ConcurrencyOpt,
+    ModelOpt,
+    SystemOpt,
+    WorkersOpt,
+    agents_for,
+    close_models,
+    worker_command,
+)
+from .apps import DEFAULT_BASE_URL, SCRIPTED
+from .backup import backup, restore
+from .base import LimitOpt, StoreOpt, clip, err, fail, opened_store, out, run_async, settings_for, when
+from .chat import chat, send
+from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
+from .history import export, show
+from .retry import AllFailedOpt, SinceOpt, print_retry_all
+from .status import model_rows
+
+app = typer.Typer(
+    name="dormant",
+    help="Host very many long-lived LLM agent sessions; memory is bounded by the work in flight.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold API keys
+)
+
+# -- shared options (more in cli_base) -----------------------------------------------------
+
+CursorOpt = Annotated[
+    str | None,
+    typer.Option("--cursor", envvar="DORMANT_CURSOR", help="Resume after this cursor (printed by a page)."),
+]
+
+
+# -- plumbing (more in cli_base) -----------------------------------------------------------
+
+
+class EventFormatter(logging.Formatter):
+    """``time level logger event key=value ...``: the event name, then the record's extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        extras = " ".join(f"{k}={v!r}" for k, v in fields(record).items())
+        stamp = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        line = f"{stamp} {record.levelname.lower()} {record.name} {record.getMessage()}"
+        if extras:
+            line += " " + extras
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return scrub(line)  # no store password in a log line, whoever built the text
+
+
+class LogLevel(StrEnum):
+    """Levels accepted by ``--log-level``."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+class LogFormat(StrEnum):
+    """Formats accepted by ``--log-format``."""
+
+    text = "text"
+    json = "json"
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Send dormant's structured logs to stderr at ``level``, as text or JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else EventFormatter())
+    root = logging.getLogger("dormant")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+@app.callback()
+def main_options(
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            envvar="DORMANT_LOG_LEVEL",
+            case_sensitive=False,
+            help="Level of the structured logs written to stderr.",
+        ),
+    ] = LogLevel.warning,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            envvar="DORMANT_LOG_FORMAT",
+            case_sensitive=False,
+            help="text, or json: one object a line with thread, slice and call ids.",
+        ),
+    ] = LogFormat.text,
+) -> None:
+    """Host very many long-lived LLM agent sessions; memory is bounded by the work in flight."""
+    setup_logging(log_level.value, log_format.value)
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+@app.command()
+def init(store: StoreOpt = DEFAULT_STORE) -> None:
+    """Create the store (or migrate it to this version's schema)."""
+
+    async def go() -> None:
+        settings = settings_for(store)
+        async with opened_store(settings, create=True) as st:
+            status = await st.status()
+        out.print(f"store {redact(settings.store)} ready (schema version {status.schema_version})")
+        if not st.persistent:
+            out.print(
+                f"note: {redact(settings.store)} lives only as long as one process; "
+                "use sqlite:///path.db to keep data"
+            )
+
+    run_async(go())
+
+
+@app.command()
+def run(
+    store: StoreOpt = DEFAULT_STORE,
+    until_idle: Annotated[
+        bool,
+        typer.Option("--until-idle", envvar="DORMANT_UNTIL_IDLE", help="Exit once no work is left."),
+    ] = False,
+    concurrency: ConcurrencyOpt = None,
+    app_spec: AppOpt = None,
+    model: ModelOpt = SCRIPTED,
+    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
+    system: SystemOpt = None,
+    workers: WorkersOpt = 1,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            envvar="DORMANT_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; one worker).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option("--metrics-host", envvar="DORMANT_METRICS_HOST", help="Address of --metrics-port."),
+    ] = "127.0.0.1",
+) -> None:
+    """Run the agents until SIGINT/SIGTERM (running slices finish) or, with --until-idle, until idle."""
+    if workers > 1:
+        if metrics_port is not None:
+            fail(UsageError("--metrics-port serves one process: run workers with --workers 1 each"))
+        run_workers(store, workers, until_idle, concurrency, app_spec, model, base_url, system)
+        return
+
+    async def go() -> None:
+        settings = settings_for(store, concurrency=concurrency)
+        agents = agents_for(app_spec, model, base_url, system)
+        try:
+            async with Runtime(settings.store, agents, settings=settings) as rt:
+                if metrics_port is None:
+                    await serve(rt, until_idle=until_idle)
+                    return
+                from ..ops.exporter import Exporter, serving
+
+                async with serving(Exporter(rt), metrics_port, metrics_host) as port:
+                    err.print(f"metrics at http://{metrics_host}:{port}/metrics", style="dim")
+                    await serve(rt, until_idle=until_idle)
+        finally:
+            await close_models(agents)
+
+    run_async(go())
+
+
+def run_workers(
+    store: str,
+    workers: int,
+    until_idle: bool,
+    concurrency: int | None,
+    app_spec: str | None,
+    model: str,
+    base_url: str,
+    system: str | None,
+) -> None:
+    """``dormant run --workers N``: N single-process workers under a :class:`Supervisor`."""
+    from ..ops.workers import Supervisor
+
+    settings = settings_for(store, concurrency=concurrency)  # validated once, here
+    if not open_store(settings.store).persistent:
+        fail(
+            UsageError(
+                f"{redact(settings.store)} lives in one process: --workers needs sqlite:///... or postgresql://..."
+            )
+        )
+    argv, env = worker_command(
+        settings.store,
+        until_idle=until_idle,
+        concurrency=concurrency,
+        app_spec=app_spec,
+        model=model,
+        base_url=base_url,
+        system=system,
+    )
+    supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
+    err.print(f"dormant supervising {workers} workers on {redact(settings.store)}", style="dim")
+    code = asyncio.run(supervisor.run())
+    out.print(f"workers stopped (exit {code})")
+    if code:
+        raise typer.Exit(code)
+
+
+async def serve(rt: Runtime, *, until_idle: bool) -> None:
+    """Run ``rt`` with graceful stop on the first SIGINT/SIGTERM, abort on the second."""
+    loop = asyncio.get_running_loop()
+    names = ", ".join(sorted(rt.agents))
+    mode = "until idle" if until_idle else "until Ctrl-C"
+    task = asyncio.create_task(rt.run_until_idle() if until_idle else rt.run())
+    stop_requested = asyncio.Event()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            err.print("stopping: running slices finish (signal again to abort them)", style="yellow")
+            stop_requested.set()
+        else:
+            task.cancel()
+
+    async def stopper() -> None:
+        # Runtime.stop() before run() has begun is lost, so repeat it until the run ends
+        await stop_requested.wait()
+        while not task.done():
+            rt.stop()
+            await asyncio.sleep(0.05)
+
+    stopping = asyncio.create_task(stopper())
+
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+            pass
+    # printed once the handlers are in place: a signal from now on stops gracefully
+    err.print(
+        f"dormant running on {redact(rt.store.url)} (agents: {names}; "
+        f"concurrency {rt.settings.concurrency}) {mode}",
+        style="dim",
+    )
+    started = time.perf_counter()
+    aborted = False
+    try:
+        await task
+    except asyncio.CancelledError:
+        if signals < 2:
+            raise
+        aborted = True
+    finally:
+        stopping.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    s = rt.stats
+    out.print(
+        f"{'aborted' if aborted else 'stopped'} after {time.perf_counter() - started:.1f}s: "
+        f"{s.slices} slices, {s.completions} completions, {s.tool_calls} tool calls, "
+        f"{s.slice_failures} slice failures, {s.tool_failures} tool failures"
+    )
+
+
+@app.command()
+def threads(
+    store: StoreOpt = DEFAULT_STORE,
+    cursor: CursorOpt = None,
+    limit: LimitOpt = 50,
+    failed: Annotated[
+        bool,
+        typer.Option("--failed", envvar="DORMANT_FAILED", help="Only failed threads, with the reason."),
+    ] = False,
+) -> None:
+    """List threads by id, one page at a time (with --failed: only failed threads and why)."""
+
+    async def go() -> None:
+        examined = 0
+        async with opened_store(settings_for(store)) as st:
+            if failed:
+                from ..ops.doctor import failed_threads
+
+                rows, next_cursor, examined = await failed_threads(st, cursor, limit)
+            else:
+                page = await st.list_threads(cursor=cursor, limit=limit)
+                rows, next_cursor = list(page.items), page.next_cursor
+        table = Table(show_edge=False, pad_edge=False)
+        columns: list[tuple[str, JustifyMethod]] = [
+            ("thread", "left"),
+            ("agent", "left"),
+            ("status", "left"),
+            ("msgs", "right"),
+            ("wait", "right"),
+            ("fails", "right"),
+            ("updated", "left"),
+        ]
+        show_errors = any(row.error for row in rows)
+        if show_errors:
+            columns.append(("error", "left"))
+        for name, justify in columns:
+            # only ids and errors fold: the other columns are short
+            table.add_column(name, justify=justify, overflow="fold", no_wrap=name not in ("thread", "error"))
+        for row in rows:
+            status = Text(row.status, style="red" if row.status == "failed" else "green")
+            cells: list[str | Text] = [
+                row.id,
+                row.agent,
+                status,
+                str(row.last_seq),
+                str(row.awaiting),
+                str(row.failures),
+                when(row.updated_at),
+            ]
+            if show_errors:
+                cells.append(Text(clip(row.error or "", 300), style="red"))
+            table.add_row(*cells)
+        if rows:
+            out.print(table)
+        else:
+            out.print("(no failed threads)" if failed else "(no threads)")
+        if failed and rows:
+            out.print("fix the cause, then `dormant retry THREAD` makes a failed thread run again")
+        if next_cursor is not None:
+            flag = " --failed" if failed else ""
+            scanned = f"examined {examined:,} threads; " if failed else ""
+            out.print(f"{scanned}next cursor: {next_cursor}  (dormant threads{flag} --cursor {next_cursor})")
+
+    run_async(go())
+
+
+# history commands live in cli_history; registered here to keep the order of `--help`
+app.command()(show)
+app.command()(send)
+app.command()(chat)
+app.command()(export)
+app.command()(backup)
+app.command()(restore)
+
+
+@app.command()
+def status(
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="DORMANT_JSON", help="Print machine-readable JSON.")
+    ] = False,
+) -> None:
+    """Counts: threads by state, ready/leased, backlog, outbox, dead letters, messages, sizes."""
+
+    async def go() -> None:
+        settings = settings_for(store)
+        async with opened_store(settings) as st:
+            s = await st.status()
+        if as_json:
+            data = {"store": redact(settings.store), **msgspec.structs.asdict(s)}
+            sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            return
+        title = f"dormant status — {redact(settings.store)}"
+        table = Table(title=title, show_header=False, title_justify="left")
+        table.add_column("what", style="bold")
+        table.add_column("count", justify="right")
+
+        def group(name: str, counts: dict[str, int], keys: Sequence[str]) -> None:
+            names = list(keys) + sorted(k for k in counts if k not in keys)
+            table.add_row(name, ", ".join(f"{k} {counts.get(k, 0):,}" for k in names))
+
+        group("threads", s.threads_by_status, ["active", "failed"])
+        table.add_row("ready / leased", f"{s.threads_ready:,} / {s.threads_leased:,}")
+        if s.ready_by_agent:  # a worker claims only its agents' threads: the others wait
+            table.add_row("waiting, by agent", ", ".join(f"{a} {n:,}" for a, n in s.ready_by_agent.items()))
+        group("backlog", s.backlog_by_priority, ["P0", "P1", "P2"])
+        group("outbox", s.outbox_by_status, ["pending", "running", "done", "dead", "unknown"])
+        table.add_row("dead letters", Text(f"{s.dead_letters:,}", style="red" if s.dead_letters else ""))
+        table.add_row("messages", f"{s.messages:,}")
+        for label, value in model_rows(s):  # tokens counted by the model servers, threads waiting on one
+            table.add_row(label, value)
+        table.add_row("db / wal size", f"{human_bytes(s.db_bytes)} / {human_bytes(s.wal_bytes)}")
+        table.add_row("schema version", str(s.schema_version))
+        out.print(table)
+
+    run_async(go())
+
+
+@app.command()
+def retry(
+    thread: Annotated[str | None, typer.Argument(help="Thread id (or --all-failed).")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+    all_failed: AllFailedOpt = False,
+    since: SinceOpt = None,
+) -> None:
+    """Reactivate a failed thread; its pending inputs run on the next `dormant run`."""
+    if (thread is None) == (not all_failed) or (since is not None and not all_failed):
+        fail(UsageError("give a thread id, or --all-failed [--since ...]"))
+
+    async def go() -> None:
+        async with opened_store(settings_for(store)) as st:
+            if all_failed:
+                await print_retry_all(st, since)
+                return
+            assert thread is not None
+            before = await st.get_thread(thread)
+            row = await st.retry_thread(thread)
+        if before.status == "failed":
+            out.print(f"thread {row.id} is active again (was failed: {before.error})")
+        else:
+            out.print(f"thread {row.id} was not failed; its retry backoff was reset")
+
+    run_async(go())
+
+
+@app.command()
+def delete(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", envvar="DORMANT_DELETE_YES", help="Delete without asking.")
+    ] = False,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Delete a thread, the threads it spawned, their histories, and the blobs no one else uses."""
+    if not yes and not typer.confirm(f"delete thread {thread!r} and every thread it spawned?"):
+        raise typer.Exit(1)
+
+    async def go() -> None:
+        async with opened_store(settings_for(store)) as st:
+            deleted = await st.delete_thread(thread)
+        out.print(f"deleted {deleted} thread(s): {thread} and its descendants")
+
+    run_async(go())
+
+
+@app.command()
+def demo(
+    agents: Annotated[
+        int, typer.Option("--agents", envvar="DORMANT_DEMO_AGENTS", min=1, help="Agents (threads) to run.")
+    ] = 2000,
+    turns: Annotated[
+        int, typer.Option("--turns", envvar="DORMANT_DEMO_TURNS", min=1, help="Turns per agent.")
+    ] = 5,
+    # a separate variable from DORMANT_STORE on purpose: the demo deletes its store first
+    store: Annotated[
+        str,
+        typer.Option(
+            "--store",
+            envvar="DORMANT_DEMO_STORE",
+            help="Store of the demo; a SQLite file is deleted and recreated on each run.",
+        ),
+    ] = DEFAULT_DEMO_STORE,
+    concurrency: ConcurrencyOpt = None,
+) -> None:
+    """Run many scripted coding agents (2 completions + 1 async tool call per turn) and print figures."""
+    run_async(demo_command(out, agents=agents, turns=turns, store=store, concurrency=concurrency))
+
+
+@app.command()
+def doctor(
+    store: StoreOpt = DEFAULT_STORE,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick", envvar="DORMANT_DOCTOR_QUICK", help="quick_check instead of the full integrity check."
+        ),
+    ] = False,
+    stuck_after: Annotated[
+        float,
+        typer.Option(
+            "--stuck-after",
+            envvar="DORMANT_DOCTOR_STUCK_AFTER",
+            min=0,
+            help="Seconds after which ready work nobody took counts as overdue.",
+        ),
+    ] = 300.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="DORMANT_JSON", help="Print machine-readable JSON.")
+    ] = False,
+) -> None:
+    """Check a store: integrity, schema, WAL size, expired leases, stuck or dead outbox entries,
+    failed threads. Read-only. Exit 0 healthy, 3 warnings, 1 damaged or broken."""
+    from ..ops.doctor import diagnose, render
+
+    try:
+        report = diagnose(settings_for(store).store, quick=quick, stuck_after_s=stuck_after)
+    except DormantError as exc:
+        fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
+        raise typer.Exit(report.exit_code)
+    for line in render(report):
+        out.print(line)
+    raise typer.Exit(report.exit_code)
+
+
+def _mount_bench() -> None:
+    from ..bench.cli import bench_app
+
+    app.add_typer(bench_app, name="bench")
+    from .memory import memory_app
+
+    app.add_typer(memory_app, name="memory")
+
+
+_mount_bench()
+
+
+def _mount_serve() -> None:
+    from .serve import serve_command
+    from .tenants import tenants_app
+
+    app.command("serve")(serve_command)
+    app.add_typer(tenants_app, name="tenants")
+
+
+_mount_serve()
+
+
+def _mount_gc() -> None:
+    from .gc import gc
+
+    app.command()(gc)
+
+
+_mount_gc()
+
+
+def main() -> None:
+    """Entry point of the ``dormant`` script."""
+    try:
+        app(prog_name="dormant")
+    except DormantError as exc:  # raised outside a command's own handling
+        try:
+            fail(exc)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+
+
+if __name__ == "__main__":
+    main()

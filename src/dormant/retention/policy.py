@@ -1,0 +1,241 @@
+"""Tiered retention of long threads; the full description is
+``docs/retention.md``.
+
+Per thread, with the defaults of :class:`RetentionPolicy`:
+
+- **tool results**: the newest 200 keep their full text; older ones are cut to an
+  excerpt (their first 512 characters, whose first line names their blob, if any)
+  plus a note, and the thread stops referring to their blob, which is collected
+  once no thread refers to it. The message stays, so every assistant tool call
+  keeps exactly one result (correctness rule 5).
+- **state** (the state journal, by run): the newest 5 runs keep every change
+  record; the 20 runs before keep only the last change of each key per run (their
+  key figures: the state at every run's end); older change records are folded into
+  the newest recoverable full checkpoint that covers them.
+- **history**: whole runs older than those 25, and older than the run of the
+  oldest whole tool result, that a compaction summary covers are deleted (the
+  summary stands for them; whole tool results are never deleted, only their cut
+  excerpts go); never in a thread that has children (their views read the parent's
+  history), never splitting a call from its result (a run starts at a user message,
+  which a thread takes only when no call is open).
+- **summaries**: a thread's compaction summaries superseded by a newer one go once
+  nothing can read them: its ``keep_summaries`` (2) newest stay, and any a child
+  inherits or a fork at a still-stored message would (see
+  :meth:`~dormant.store.core_retention.SummaryRetention.prune_summaries`), so with the
+  history pruned the summaries stop growing too.
+- **dedup keys**: kept for ``dedup_horizon_s`` (7 days) after their input was
+  admitted, then pruned, unless their input is still pending or an outbox entry
+  still names them. The guarantee: a redelivery within the horizon is recognised as
+  a duplicate; one older than the horizon may be admitted again. Consumed inputs
+  are deleted by the slice that consumes them (they live on as messages).
+- **budget**: with ``budget_bytes`` set, no tier may take more than ``tier_share``
+  (30 %) of it; while one does, each round applies that tier's rule more strictly
+  (fewer whole tool results, fewer runs of history or of state), oldest entries first.
+
+:func:`gc_round` is one bounded pass over a page of threads; ``dormant gc`` repeats it
+and :class:`~dormant.retention.loop.RetentionLoop` runs it in the background.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import NotFound
+from ..journal.rules import CheckpointPolicy
+from ..records import TierSizes
+from ..store.base import Store
+from ..store.core import RETENTION_NOTE
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+#: Appended to a tool result retention cut.
+NOTE = RETENTION_NOTE
+
+#: Default: the newest tool results of a thread kept whole.
+FULL_TOOL_CALLS = 200
+#: Default: characters an older tool result keeps.
+HEAD_CHARS = 512
+#: Default: the newest runs of a thread whose state (every change record) is kept.
+FULL_RUNS = 5
+#: Default: the runs before those whose state keeps its key figures only.
+METRIC_RUNS = 20
+#: Default: the newest compaction summaries of a thread always kept.
+KEEP_SUMMARIES = 2
+#: Default: how long a dedup key is kept after its input was admitted (7 days).
+DEDUP_HORIZON_S = 7 * 86400.0
+#: Default: the largest share of the store's budget one tier may take.
+TIER_SHARE = 0.30
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What retention keeps (defaults: docs/retention.md) and how much one round may do."""
+
+    #: the newest tool results of a thread kept whole
+    full_tool_calls: int = FULL_TOOL_CALLS
+    #: characters an older tool result keeps (an excerpt's header names its blob)
+    head_chars: int = HEAD_CHARS
+    #: the newest runs of a thread keeping every state change record
+    full_runs: int = FULL_RUNS
+    #: the runs before those keeping the last change of each key per run
+    metric_runs: int = METRIC_RUNS
+    #: the newest compaction summaries of a thread always kept (older ones go once
+    #: superseded and needed by no child or fork)
+    keep_summaries: int = KEEP_SUMMARIES
+    #: seconds a dedup key is kept after its admission
+    dedup_horizon_s: float = DEDUP_HORIZON_S
+    #: the store's byte budget (0: none); no tier may take more than ``tier_share`` of it
+    budget_bytes: int = 0
+    tier_share: float = TIER_SHARE
+    #: most rows (tool results cut, messages, journal rows, dedup keys) one step of a
+    #: round changes per thread (bounded work)
+    per_round: int = 500
+    #: threads visited per round
+    threads_per_round: int = 100
+
+    def __post_init__(self) -> None:
+        counts = (self.full_tool_calls, self.full_runs, self.keep_summaries)
+        if min(*counts, self.per_round, self.threads_per_round) < 1:
+            raise ValueError("retention counts must be >= 1")
+        if self.head_chars < 0 or self.metric_runs < 0 or self.budget_bytes < 0:
+            raise ValueError("head_chars, metric_runs and budget_bytes must be >= 0")
+        if self.dedup_horizon_s <= 0 or not 0 < self.tier_share <= 1:
+            raise ValueError("the dedup horizon must be > 0 and the tier share in (0, 1]")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetentionPolicy:
+        """The policy the ``retention_*`` and ``dedup_horizon_s`` settings describe."""
+        return cls(
+            full_tool_calls=settings.retention_tool_calls,
+            head_chars=settings.retention_head_chars,
+            full_runs=settings.retention_full_runs,
+            metric_runs=settings.retention_metric_runs,
+            keep_summaries=settings.retention_summaries,
+            dedup_horizon_s=settings.dedup_horizon_s,
+            budget_bytes=settings.retention_budget_bytes,
+            tier_share=settings.retention_tier_share,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Strictness:
+    """How strictly one round applies the policy: the policy itself when no tier is
+    over its share of the budget, tighter counts for the tiers that are."""
+
+    keep_tool_calls: int
+    history_runs: int
+    full_runs: int
+    metric_runs: int
+
+
+def strictness(policy: RetentionPolicy, sizes: TierSizes | None) -> Strictness:
+    """Scale down the count of each tier over ``tier_share * budget_bytes`` by how far
+    over it is (at least 1 kept), so its oldest entries go first."""
+    plain = Strictness(
+        keep_tool_calls=policy.full_tool_calls,
+        history_runs=policy.full_runs + policy.metric_runs,
+        full_runs=policy.full_runs,
+        metric_runs=policy.metric_runs,
+    )
+    if not policy.budget_bytes or sizes is None:
+        return plain
+    cap = policy.tier_share * policy.budget_bytes
+
+    def scaled(count: int, size: int) -> int:
+        return count if size <= cap else max(1, int(count * cap / size))
+
+    tools = max(sizes.tool_full, sizes.blobs)
+    history = max(sizes.history, sizes.tool_excerpt)
+    journal_runs = scaled(plain.full_runs + plain.metric_runs, sizes.journal)
+    return Strictness(
+        keep_tool_calls=scaled(plain.keep_tool_calls, tools),
+        history_runs=scaled(plain.history_runs, history),
+        full_runs=min(plain.full_runs, journal_runs),
+        metric_runs=max(0, journal_runs - min(plain.full_runs, journal_runs)),
+    )
+
+
+def over_budget(policy: RetentionPolicy, sizes: TierSizes) -> list[str]:
+    """The tiers taking more than ``tier_share`` of the budget (none without a budget)."""
+    if not policy.budget_bytes:
+        return []
+    cap = policy.tier_share * policy.budget_bytes
+    return [name for name, size in sizes.items() if size > cap]
+
+
+@dataclass(frozen=True, slots=True)
+class GcRound:
+    """What one :func:`gc_round` did; ``cursor`` is where the next round starts (None: the end)."""
+
+    cursor: str | None
+    threads: int
+    #: tool results cut to an excerpt
+    shrunk: int
+    checkpoints: int
+    #: rows deleted: history messages, journal rows (and checkpoint pieces), dedup keys
+    deleted: int = 0
+    #: superseded compaction summaries deleted
+    summaries: int = 0
+
+
+async def gc_round(
+    store: Store,
+    policy: RetentionPolicy,
+    checkpoints: CheckpointPolicy | None,
+    now: float,
+    cursor: str | None = None,
+    *,
+    sizes: TierSizes | None = None,
+    force_checkpoints: bool = False,
+) -> GcRound:
+    """One bounded round: for a page of threads from ``cursor``, apply every tier (see the
+    module docstring) and write the state checkpoint that is due (if a checkpoint policy
+    is given; with ``force_checkpoints``, one for every thread whose state changed since
+    its last). The first round of a pass (``cursor`` None) also prunes dedup keys past
+    the horizon, at most ``per_round`` of them. ``sizes``: the tier sizes the budget is
+    checked against (read from the store when a budget is set and none are given)."""
+    if policy.budget_bytes and sizes is None:
+        sizes = await store.retention_sizes()
+    strict = strictness(policy, sizes)
+    deleted = 0
+    if cursor is None:
+        deleted += await store.prune_dedup_keys(before=now - policy.dedup_horizon_s, limit=policy.per_round)
+    page = await store.list_threads(cursor=cursor, limit=policy.threads_per_round)
+    shrunk = written = summaries = 0
+    forced = (
+        dataclasses.replace(checkpoints, incremental_runs=1, incremental_s=1e-9)
+        if checkpoints is not None and force_checkpoints
+        else checkpoints
+    )
+    for thread in page.items:
+        try:
+            shrunk += await store.shrink_tool_results(
+                thread.id, keep=strict.keep_tool_calls, head_chars=policy.head_chars, limit=policy.per_round
+            )
+            deleted += await store.prune_history(
+                thread.id,
+                keep_runs=strict.history_runs,
+                keep_tool_calls=strict.keep_tool_calls,
+                limit=policy.per_round,
+            )
+            summaries += await store.prune_summaries(
+                thread.id, keep=policy.keep_summaries, limit=policy.per_round
+            )
+            if forced is not None and await store.journal.maybe_checkpoint(thread.id, forced, now):
+                written += 1
+            deleted += await store.journal.apply_tiers(
+                thread.id, full_runs=strict.full_runs, metric_runs=strict.metric_runs, limit=policy.per_round
+            )
+        except NotFound:
+            continue  # deleted since the page was read
+    return GcRound(
+        cursor=page.next_cursor,
+        threads=len(page.items),
+        shrunk=shrunk,
+        checkpoints=written,
+        deleted=deleted,
+        summaries=summaries,
+    )
