@@ -26,9 +26,11 @@ from ..runtime import Runtime
 from ..store.tenancy import Scope
 from . import problems
 from .hub import Hub
+from .inflight import Flights
 from .limits import BodyLimit
 from .quotas import TenantQuotas
 from .schemas import Health
+from .validation import TextGuard
 
 log = logging.getLogger("dormant.server")
 
@@ -77,6 +79,8 @@ class ServerState:
     quotas: TenantQuotas
     exporter: Exporter
     run_task: asyncio.Task[None] | None = None
+    #: identical OpenAI-compatible requests in flight, sharing one wait (bounded)
+    flights: Flights = field(default_factory=Flights)
     ready_checks: list[Callable[[], Awaitable[str | None]]] = field(default_factory=list)
 
     @property
@@ -122,7 +126,7 @@ def check_metrics_token(config: ServerConfig, credentials: HTTPAuthorizationCred
 def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     """The HTTP app hosting ``runtime``: health, ``/metrics``, REST v1, event streams and
     the OpenAI-compatible endpoints."""
-    from . import memory_routes, openai_chat, openai_responses, routes, streams
+    from . import memory_routes, openai_chat, openai_models, openai_responses, openai_stored, routes, streams
 
     config = config or ServerConfig()
     hub = Hub(
@@ -214,6 +218,9 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(memory_routes.router)
     app.include_router(openai_chat.router)
     app.include_router(openai_responses.router)
+    app.include_router(openai_stored.router)
+    app.include_router(openai_models.router)
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024
+    app.add_middleware(TextGuard)  # inside BodyLimit: it checks the body BodyLimit bounded
     app.add_middleware(BodyLimit, max_bytes=max_body)
     return app

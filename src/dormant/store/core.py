@@ -30,6 +30,7 @@ from ..cache import ViewCache
 from ..errors import InvalidInput, NotFound, StoreError, UsageError
 from ..journal import validate_changes, validate_state
 from ..records import (
+    MAX_FINGERPRINT,
     Admission,
     BlobRef,
     Claim,
@@ -142,6 +143,8 @@ def validate(items: Sequence[NewInput], max_input_bytes: int) -> None:
             item.tool_name,
             item.agent,
         )
+        if item.fingerprint is not None and not 0 < len(item.fingerprint) <= MAX_FINGERPRINT:
+            raise InvalidInput(f"an input's fingerprint is 1 to {MAX_FINGERPRINT} characters (a hash)")
         if any(text and "\x00" in text for text in texts):
             raise InvalidInput(f"an input for thread {item.thread_id!r} contains a NUL character (\\x00)")
 
