@@ -3,6 +3,8 @@ and langchain-openai's ``ChatOpenAI``, pointed at the server's ``/v1``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -44,23 +46,19 @@ async def test_models_list_the_agents_and_an_unknown_model_is_model_not_found() 
 
 
 async def test_parts_the_agent_cannot_take_are_refused_never_dropped() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    with_image: Any = [{"role": "user", "content": [{"type": "text", "text": "what is it?"}, image]}]
+    with_audio: Any = [{"role": "user", "content": [audio]}]
+    responses_image: Any = [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]
     async with serve(agents()) as s:
         c = client(s)
-        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
         with pytest.raises(openai.BadRequestError, match="image_url"):
-            await c.chat.completions.create(
-                model="assistant",
-                user="u",
-                messages=[{"role": "user", "content": [{"type": "text", "text": "what is it?"}, image]}],  # type: ignore[list-item]
-            )
-        audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+            await c.chat.completions.create(model="assistant", user="u", messages=with_image)
         with pytest.raises(openai.BadRequestError, match="input_audio"):
-            await c.chat.completions.create(model="assistant", messages=[{"role": "user", "content": [audio]}])  # type: ignore[list-item]
+            await c.chat.completions.create(model="assistant", messages=with_audio)
         with pytest.raises(openai.BadRequestError, match="input_image"):
-            await c.responses.create(
-                model="assistant",
-                input=[{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}],  # type: ignore[list-item, typeddict-item]
-            )
+            await c.responses.create(model="assistant", input=responses_image)
         async with s.client() as h:
             assert (await h.get("/v1/threads")).json()["items"] == []  # nothing was admitted
 
@@ -105,11 +103,13 @@ async def test_langchain_chat_openai_multi_turn_streaming_tools_and_retries() ->
         assert second.content == "echo: again"
         retried = await llm.ainvoke(history)  # the same request again: the stored answer
         assert retried.content == "echo: again"
-        streamed = "".join([str(chunk.content) async for chunk in llm.astream([*history, second, HumanMessage("more")])])
+        follow = [*history, second, HumanMessage("more")]
+        streamed = "".join([str(chunk.content) async for chunk in llm.astream(follow)])
         assert streamed == "echo: more"
         async with s.client() as h:
             (thread,) = (await h.get("/v1/threads")).json()["items"]
-            texts = [m["content"] for m in (await h.get(f"/v1/threads/{thread['id']}/messages")).json()["items"]]
+            page = (await h.get(f"/v1/threads/{thread['id']}/messages")).json()["items"]
+            texts = [m["content"] for m in page]
         assert texts == ["hello", "echo: hello", "again", "echo: again", "more", "echo: more"]
         # tools: the call ends the turn with tool_calls; the client's tool message answers it
         tool_schema = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
