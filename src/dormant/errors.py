@@ -32,6 +32,12 @@ class NotFound(UsageError):
     code = "not_found"
 
 
+class ModelNotFound(NotFound):
+    """An OpenAI-compatible request named a model (an agent) this server does not host."""
+
+    code = "model_not_found"
+
+
 class InvalidInput(UsageError):
     """An input was refused before anything was written (too large, bad kind, ...)."""
 
@@ -97,6 +103,20 @@ class QuotaExceeded(Overloaded):
     code = "quota_exceeded"
 
 
+class ShuttingDown(Overloaded):
+    """The server is stopping: a request waiting for a reply is answered 503 at once (what
+    it admitted is durable and is answered later; retry on another server or after)."""
+
+    code = "shutting_down"
+
+
+class IdempotencyMismatch(InvalidInput):
+    """An ``Idempotency-Key`` already used with a different request body: refused, 422,
+    nothing written (the first body's admission stands)."""
+
+    code = "idempotency_mismatch"
+
+
 class LeaseLost(DormantError):
     """A worker's lease on a thread or outbox entry expired or was taken over."""
 
@@ -157,7 +177,9 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     DormantError: 500,
     UsageError: 400,
     NotFound: 404,
+    ModelNotFound: 404,
     InvalidInput: 422,
+    IdempotencyMismatch: 422,
     PayloadTooLarge: 413,
     Unauthenticated: 401,
     Busy: 409,
@@ -167,6 +189,7 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     SchemaError: 500,
     Overloaded: 429,
     QuotaExceeded: 429,
+    ShuttingDown: 503,
     LeaseLost: 409,
     ModelError: 502,
     ToolError: 502,

@@ -119,6 +119,14 @@ class NewInput(msgspec.Struct, frozen=True, kw_only=True):
     is_error: bool = False
     source: str | None = None
     agent: str | None = None  # create the thread with this agent if it does not exist
+    #: a hash of the request that sent it (at most :data:`MAX_FINGERPRINT` characters),
+    #: stored with its dedup key: a later admission of the same key with another
+    #: fingerprint is refused (IdempotencyMismatch) and writes nothing; None: not checked
+    fingerprint: str | None = None
+
+
+#: Longest :attr:`NewInput.fingerprint` (a hash in hex, with a short scheme prefix).
+MAX_FINGERPRINT = 128
 
 
 class Input(msgspec.Struct, frozen=True, kw_only=True):

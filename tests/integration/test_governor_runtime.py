@@ -1,4 +1,4 @@
-"""The memory governor inside a runtime: an emergency cancels running slices without
+"""The RSS governor inside a runtime: an emergency cancels running slices without
 losing their inputs, refuses admissions with a retry hint, and work resumes after."""
 
 from __future__ import annotations

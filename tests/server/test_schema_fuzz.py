@@ -3,6 +3,10 @@
 A live loopback server in a thread of its own; every operation but the endless
 event stream is fuzzed with a bounded number of examples, authenticated as one tenant
 (and, for a share of cases, with a bad key). Any 5xx fails the test.
+
+Schemathesis draws valid Unicode only; a hypothesis property on the same server sends
+every text field of every route (tests/server/test_text_inputs.py's ``ROUTES``) arbitrary
+text: lone surrogates, NUL, astral planes and sizes up to past the body limit.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 import uvicorn
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dormant.agent import Agent
 from dormant.config import Settings
@@ -26,6 +32,7 @@ from dormant.runtime import Runtime
 from dormant.server import ServerConfig, create_app
 from dormant.server.main import listen
 from dormant.store import open_store
+from tests.server.test_text_inputs import ROUTES, Route, raw
 
 # a file store: the key is made on another event loop than the server's, with the store
 # closed in between (a memory:// store would forget it)
@@ -80,3 +87,25 @@ def test_no_server_errors(case: schemathesis.Case[Any], live: tuple[str, str]) -
     )
     if response.status_code >= 400:
         assert "error" in response.json()
+
+
+#: Arbitrary text: any code point (surrogates and NUL included), and long runs.
+TEXT = st.one_of(
+    st.text(st.characters(exclude_categories=()), max_size=64),
+    st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=4),
+    st.builds(lambda c, n: c * n, st.characters(exclude_categories=()), st.integers(0, 120_000)),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text=TEXT, route=st.sampled_from(ROUTES))
+def test_arbitrary_unicode_and_sizes_never_make_a_server_error(
+    live: tuple[str, str], text: str, route: Route
+) -> None:
+    url, key = live
+    method, path, build = route
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as h:
+        r = h.request(method, path, content=raw(build(text)), headers={"content-type": "application/json"})
+    assert r.status_code < 500, (path, repr(text[:40]), len(text), r.status_code, r.text[:300])
+    if r.status_code >= 400:
+        assert "error" in r.json()

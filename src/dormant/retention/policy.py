@@ -21,7 +21,7 @@ Per thread, with the defaults of :class:`RetentionPolicy`:
 - **summaries**: a thread's compaction summaries superseded by a newer one go once
   nothing can read them: its ``keep_summaries`` (2) newest stay, and any a child
   inherits or a fork at a still-stored message would (see
-  :meth:`~dormant.store.core_retention.SummaryRetention.prune_summaries`), so with the
+  :meth:`~dormant.store.core_retention.RetentionRules.prune_summaries`), so with the
   history pruned the summaries stop growing too.
 - **dedup keys**: kept for ``dedup_horizon_s`` (7 days) after their input was
   admitted, then pruned, unless their input is still pending or an outbox entry
@@ -46,7 +46,7 @@ from ..errors import NotFound
 from ..journal.rules import CheckpointPolicy
 from ..records import TierSizes
 from ..store.base import Store
-from ..store.core import RETENTION_NOTE
+from ..store.core_retention import RETENTION_NOTE
 
 if TYPE_CHECKING:
     from ..config import Settings

@@ -27,6 +27,7 @@ from .quotas import TenantQuotas
 from .schemas import Health
 from .state import ServerConfig as ServerConfig
 from .state import ServerState, bearer, check_metrics_token, state_of
+from .validation import TextGuard
 
 log = logging.getLogger("dormant.server")
 
@@ -34,7 +35,7 @@ log = logging.getLogger("dormant.server")
 def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     """The HTTP app hosting ``runtime``: health, ``/metrics``, REST v1, event streams and
     the OpenAI-compatible endpoints."""
-    from . import memory_routes, openai_chat, openai_responses, routes, streams
+    from . import memory_routes, openai_chat, openai_models, openai_responses, openai_stored, routes, streams
 
     config = config or ServerConfig()
     hub = Hub(
@@ -126,6 +127,9 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(memory_routes.router)
     app.include_router(openai_chat.router)
     app.include_router(openai_responses.router)
+    app.include_router(openai_stored.router)
+    app.include_router(openai_models.router)
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024
+    app.add_middleware(TextGuard)  # inside BodyLimit: it checks the body BodyLimit bounded
     app.add_middleware(BodyLimit, max_bytes=max_body)
     return app

@@ -61,4 +61,4 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         exc = PayloadTooLarge(f"request body over {self.max_bytes} bytes")
-        await error_response(exc)(scope, receive, send)
+        await error_response(exc, scope.get("path", ""))(scope, receive, send)

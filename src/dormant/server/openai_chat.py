@@ -23,19 +23,23 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import DormantError, UsageError
+from ..errors import DormantError, UsageError, http_status
 from ..records import NewInput
 from ..tenants.scope import Scope
-from .routes import ERRORS, TenantScope, agent_name, check_size
+from . import openai_errors
+from .inflight import ClientGone, until_disconnect
+from .openai_input import content_text
+from .openai_models import model_agent
+from .routes import ERRORS, TenantScope, check_size
 from .state import ServerState, state_of
-from .turns import Answer, Outcome, exchange
+from .turns import Answer, Outcome, admitted, exchange, final
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=ERRORS)
 
@@ -63,26 +67,24 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
 
 
-def text_of(message: ChatMessage) -> str:
-    """A message's text: its string content, or its text parts joined."""
-    if message.content is None:
-        return ""
-    if isinstance(message.content, str):
-        return message.content
-    return "".join(str(p.get("text", "")) for p in message.content if p.get("type") in ("text", "input_text"))
+def text_of(message: ChatMessage, where: str = "message") -> str:
+    """A message's text: its string content, or its text parts joined; a part that is not
+    text (an image, audio, a file) is refused, 400 (:mod:`.openai_input`)."""
+    return content_text(message.content, where)
 
 
 def unseen(
     messages: list[ChatMessage], thread_id: str, agent: str, request: Request
-) -> tuple[list[NewInput], list[Answer]]:
-    """The inputs and tool answers of a conversation, keyed by the hash of their prefix."""
+) -> tuple[list[NewInput], list[Answer], str]:
+    """The inputs and tool answers of a conversation, keyed by the hash of their prefix,
+    and the hash of the whole conversation (what makes two requests identical)."""
     chain = hashlib.sha256()
     items: list[NewInput] = []
     answers: list[Answer] = []
-    for message in messages:
+    for index, message in enumerate(messages):
+        text = text_of(message, f"messages.{index}")
         if message.role in ("system", "developer"):
             continue
-        text = text_of(message)
         calls = json.dumps(message.tool_calls or [], sort_keys=True)
         chain.update(json.dumps([message.role, text, message.tool_call_id, calls]).encode())
         if message.role == "user":
@@ -94,7 +96,7 @@ def unseen(
                 raise UsageError("a tool message needs its tool_call_id")
             check_size(request, text)
             answers.append(Answer(call_id=message.tool_call_id, content=text))
-    return items, answers
+    return items, answers, chain.hexdigest()
 
 
 def session_thread(scope: Scope, session: str) -> str:
@@ -146,7 +148,7 @@ def chunk(request_id: str, model: str, delta: dict[str, Any], finish: str | None
 async def stream_chunks(
     request_id: str,
     model: str,
-    turns: AsyncIterator[str | Outcome],
+    turns: AsyncGenerator[str | Outcome, None],
     cleanup: ServerState | None,
     scratch: str,
     tenant: str,
@@ -180,8 +182,9 @@ async def stream_chunks(
             yield f"data: {json.dumps(last)}\n\n"
         yield "data: [DONE]\n\n"
     except DormantError as exc:
-        yield f"data: {json.dumps({'error': {'code': exc.code, 'message': str(exc)}})}\n\n"
+        yield f"data: {json.dumps(openai_errors.shape(exc.code, str(exc), http_status(exc)))}\n\n"
     finally:
+        await turns.aclose()
         if cleanup is not None:
             with contextlib.suppress(DormantError):
                 await cleanup.runtime.delete_thread(scratch, tenant=tenant)
@@ -194,33 +197,58 @@ async def chat_completions(
     body: ChatRequest,
     session: Annotated[str | None, Header(alias="X-Dormant-Session", max_length=256)] = None,
 ) -> Response:
-    """Run the agent on the conversation; answer or stream in OpenAI's format, with usage."""
+    """Run the agent on the conversation; answer or stream in OpenAI's format, with usage.
+
+    A request identical to one already answered (same session, same messages) admits
+    nothing and answers the stored reply; identical requests in flight share one wait
+    (:mod:`.inflight`). A client that disconnects stops the wait, not the turn.
+    """
     state = state_of(request)
     rt = state.runtime
-    agent = body.model if body.model in rt.agents else agent_name(rt, None)
+    agent = model_agent(rt, body.model)
     name = session or body.user
     thread_id = session_thread(scope, name) if name else scope.inner(f"scratch-{uuid.uuid4().hex}")
-    items, answers = unseen(body.messages, thread_id, agent, request)
+    items, answers, digest = unseen(body.messages, thread_id, agent, request)
     if not name:
         answers = []  # a stateless request has no open calls to answer
-    turns = exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=bool(body.tools))
+    client_tools = bool(body.tools)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     headers = {"X-Dormant-Thread": scope.outer(thread_id)}
+
+    async def start() -> AsyncGenerator[str | Outcome, None]:
+        return await admitted(
+            exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=client_tools)
+        )
+
     if body.stream:
         cleanup = None if name else state
+        try:
+            turns = await start()
+        except BaseException:
+            if not name:
+                with contextlib.suppress(DormantError):
+                    await rt.delete_thread(thread_id, tenant=scope.tenant_id)
+            raise
         return StreamingResponse(
             stream_chunks(request_id, body.model, turns, cleanup, thread_id, scope.tenant_id),
             media_type="text/event-stream",
             headers={**headers, "Cache-Control": "no-store"},
         )
+
+    async def answer() -> Outcome:
+        try:
+            return await final(await start())
+        finally:
+            if not name:
+                with contextlib.suppress(DormantError):
+                    await rt.delete_thread(thread_id, tenant=scope.tenant_id)
+
     try:
-        outcome = None
-        async for item in turns:
-            if isinstance(item, Outcome):
-                outcome = item
-        assert outcome is not None
-    finally:
-        if not name:
-            with contextlib.suppress(DormantError):
-                await rt.delete_thread(thread_id, tenant=scope.tenant_id)
+        if name:  # identical requests of one session share the wait
+            key = (scope.tenant_id, thread_id, digest, "tools" if client_tools else "")
+            outcome = await state.flights.run(key, answer, request)
+        else:
+            outcome = await until_disconnect(answer(), request)
+    except ClientGone:
+        return Response(status_code=499)  # nobody to answer; the turn commits all the same
     return JSONResponse(completion(request_id, body.model, outcome), headers=headers)

@@ -12,23 +12,28 @@ Responses event sequence (``response.created`` … ``response.completed``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import DormantError, NotFound, UsageError
+from ..errors import DormantError, IdempotencyMismatch, NotFound, UsageError
 from ..records import NewInput
 from ..tenants.scope import Scope
-from .routes import ERRORS, TenantScope, agent_name, check_size
+from .idempotency import body_fingerprint
+from .inflight import ClientGone, until_disconnect
+from .openai_input import content_text
+from .openai_models import model_agent
+from .routes import ERRORS, TenantScope, check_size
 from .state import state_of
-from .turns import Answer, Outcome, exchange
+from .turns import Answer, Outcome, admitted, exchange, final
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=ERRORS)
 
@@ -61,17 +66,23 @@ def response_id(scope: Scope, thread_id: str, seq: int) -> str:
     return f"resp_{scope.outer(thread_id).encode().hex()}_{seq}"
 
 
+def parse_response_id(scope: Scope, rid: str) -> tuple[str, int]:
+    """The stored thread and seq a response id names; NotFound (404) for one that is not
+    a response id (whose thread may still not exist: the caller reads it)."""
+    match = _RESPONSE_ID.match(rid)
+    if match is None:
+        raise NotFound(f"no response {rid!r}")
+    try:
+        outer = bytes.fromhex(match.group(1)).decode()
+        return scope.inner(outer), int(match.group(2))
+    except (ValueError, UsageError):
+        raise NotFound(f"no response {rid!r}") from None
+
+
 def thread_of(scope: Scope, body: ResponsesRequest) -> tuple[str, bool]:
     """The stored thread a request continues, and whether it must exist already."""
     if body.previous_response_id:
-        match = _RESPONSE_ID.match(body.previous_response_id)
-        if match is None:
-            raise NotFound(f"no response {body.previous_response_id!r}")
-        try:
-            outer = bytes.fromhex(match.group(1)).decode()
-        except ValueError:
-            raise NotFound(f"no response {body.previous_response_id!r}") from None
-        return scope.inner(outer), True
+        return parse_response_id(scope, body.previous_response_id)[0], True
     if body.conversation is not None:
         cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
         if not _PLAIN_ID.match(cid):
@@ -80,35 +91,74 @@ def thread_of(scope: Scope, body: ResponsesRequest) -> tuple[str, bool]:
     return scope.inner(f"resp-{uuid.uuid4().hex}"), False
 
 
+def dedup_prefix(body: ResponsesRequest, key: str | None) -> str | None:
+    """What the dedup keys of a request's user inputs start with, or None (each is new).
+
+    With an ``Idempotency-Key``, the key. Without one, a request that continues a
+    ``previous_response_id`` is keyed by that id and a hash of its ``input``: the same
+    continuation posted twice (a retry) appends once. A thread is a line, not a tree, so
+    a second, different answer to one response cannot be had by posting it again.
+    """
+    if key:
+        return f"resp:{key}"
+    if body.previous_response_id:
+        raw = json.dumps(body.input, sort_keys=True, separators=(",", ":"))
+        return f"cont:{body.previous_response_id}:{hashlib.sha256(raw.encode()).hexdigest()[:32]}"
+    return None
+
+
 def parse_input(
     body: ResponsesRequest, thread_id: str, agent: str, key: str | None, request: Request
 ) -> tuple[list[NewInput], list[Answer]]:
-    """The user inputs and tool answers of a request's ``input``."""
+    """The user inputs and tool answers of a request's ``input``; a part or item the agent
+    cannot take (an image, audio, a file) is refused, 400."""
     raw: list[dict[str, Any]] = (
         [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     )
+    prefix = dedup_prefix(body, key)
+    signed = body_fingerprint(body) if key else None
     items: list[NewInput] = []
     answers: list[Answer] = []
     for index, item in enumerate(raw):
+        where = f"input.{index}"
         kind = item.get("type", "message")
         if kind == "function_call_output":
             call_id, output = item.get("call_id"), item.get("output")
-            if not isinstance(call_id, str) or not isinstance(output, str):
-                raise UsageError("a function_call_output needs a call_id and an output string")
+            if not isinstance(call_id, str) or not 0 < len(call_id) <= 256:
+                raise UsageError(f"{where}: a function_call_output needs a call_id (1-256 characters)")
+            output = content_text(output, where) if isinstance(output, list) else output
+            if not isinstance(output, str):
+                raise UsageError(f"{where}: a function_call_output needs an output string")
             check_size(request, output)
             answers.append(Answer(call_id=call_id, content=output))
-        elif kind == "message" and item.get("role") == "user":
+        elif kind == "message":
+            role = item.get("role")
             content = item.get("content")
-            if isinstance(content, list):
-                content = "".join(
-                    str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
-                )
-            if not isinstance(content, str):
-                raise UsageError("a user message needs text content")
-            check_size(request, content)
-            dedup = f"resp:{key}:{index}" if key else f"auto:{uuid.uuid4().hex}"
+            if not isinstance(content, str | list):
+                raise UsageError(f"{where}: a message needs text content")
+            text = content_text(content, where)
+            if role in ("system", "developer", "assistant"):
+                continue  # the agent has its own instructions, and its replies are stored
+            if role != "user":
+                raise UsageError(f"{where}: a message's role is user, assistant, system or developer")
+            check_size(request, text)
+            dedup = f"{prefix}:{index}" if prefix else f"auto:{uuid.uuid4().hex}"
             items.append(
-                NewInput(thread_id=thread_id, kind="user", dedup_key=dedup, content=content, agent=agent)
+                NewInput(
+                    thread_id=thread_id,
+                    kind="user",
+                    dedup_key=dedup,
+                    content=text,
+                    agent=agent,
+                    fingerprint=signed,
+                )
+            )
+        elif kind in ("function_call", "reasoning"):
+            continue  # the agent's own output, echoed back: it is stored already
+        else:
+            raise UsageError(
+                f"{where}: an input item of type {kind!r} cannot be taken (this server takes user "
+                "messages and function_call_output items)"
             )
     return items, answers
 
@@ -168,7 +218,11 @@ def message_item(msg_id: str, text: str, status: str) -> dict[str, Any]:
 
 
 async def stream_events(
-    scope: Scope, model: str, turns: AsyncIterator[str | Outcome], thread_id: str, extra: dict[str, Any]
+    scope: Scope,
+    model: str,
+    turns: AsyncGenerator[str | Outcome, None],
+    thread_id: str,
+    extra: dict[str, Any],
 ) -> AsyncIterator[str]:
     """The Responses event sequence for one streamed response."""
     seq = 0
@@ -210,6 +264,8 @@ async def stream_events(
             yield event("response.completed", response=body)
     except DormantError as exc:
         yield event("error", code=exc.code, message=str(exc), param=None)
+    finally:
+        await turns.aclose()
 
 
 @router.post("/responses", response_model=None)
@@ -219,10 +275,16 @@ async def responses(
     body: ResponsesRequest,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
 ) -> Response:
-    """Run the agent on a durable thread; answer or stream in the Responses format."""
+    """Run the agent on a durable thread; answer or stream in the Responses format.
+
+    An ``Idempotency-Key`` admits the request once: the same key again answers the
+    stored reply, and with a different body is refused, 422 ``idempotency_mismatch``.
+    Without one, the same input posted twice after one ``previous_response_id`` is one
+    continuation too (a retry).
+    """
     state = state_of(request)
     rt = state.runtime
-    agent = body.model if body.model in rt.agents else agent_name(rt, None)
+    agent = model_agent(rt, body.model)
     thread_id, must_exist = thread_of(scope, body)
     if must_exist:
         await rt.thread(
@@ -233,17 +295,24 @@ async def responses(
     if body.conversation is not None:
         cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
         extra["conversation"] = {"id": cid}
-    turns = exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=bool(body.tools))
+    try:
+        turns = await admitted(
+            exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=bool(body.tools))
+        )
+    except IdempotencyMismatch:
+        raise IdempotencyMismatch(
+            f"the Idempotency-Key {idempotency_key!r} was used with a different request body; "
+            "send a new key for a new request"
+        ) from None
     if body.stream:
         return StreamingResponse(
             stream_events(scope, body.model, turns, thread_id, extra),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store"},
         )
-    outcome = None
-    async for item in turns:
-        if isinstance(item, Outcome):
-            outcome = item
-    assert outcome is not None
+    try:
+        outcome = await until_disconnect(final(turns), request)
+    except ClientGone:
+        return Response(status_code=499)  # nobody to answer; the turn commits all the same
     rid = response_id(scope, thread_id, outcome.reply.seq)
     return JSONResponse(response_body(rid, body.model, outcome, f"msg_{outcome.reply.seq}", extra))

@@ -14,13 +14,14 @@ from typing import Annotated, Literal
 import msgspec
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
-from ..errors import Busy, PayloadTooLarge, UsageError
+from ..errors import Busy, IdempotencyMismatch, PayloadTooLarge, UsageError
 from ..memory.registers import SUBJECT_KEY
 from ..records import NewInput, Priority
 from ..runtime import Runtime
 from ..store.base import MAX_PAGE
 from ..tenants.scope import Scope
 from ..tools.blobs import MAX_READ
+from .idempotency import body_fingerprint
 from .schemas import (
     AdmissionOut,
     ErrorBody,
@@ -140,6 +141,8 @@ async def post_input(
     waits behind it, ``reject`` answers 409 (admitting nothing), ``interrupt`` admits
     then cancels the slice (it commits nothing; its inputs run again with this one),
     ``rollback`` does the same and tells event streams to discard its live text.
+    The same ``Idempotency-Key`` again is a duplicate (202, ``duplicate: true``, nothing
+    written); with a different body it is refused, 422 ``idempotency_mismatch``.
     A slice running in another process (``--workers N``) is not reached: the input
     is queued and ``interrupted`` is false.
     """
@@ -159,8 +162,15 @@ async def post_input(
         priority=Priority(body.priority),
         agent=agent_name(rt, body.agent),
         source=source,
+        fingerprint=body_fingerprint(body) if idempotency_key else None,
     )
-    (admission,) = await rt.admit([item], tenant=scope.tenant_id)
+    try:
+        (admission,) = await rt.admit([item], tenant=scope.tenant_id)
+    except IdempotencyMismatch:
+        raise IdempotencyMismatch(
+            f"the Idempotency-Key {idempotency_key!r} was used with a different request body on "
+            f"thread {thread_id!r}; send a new key for a new input"
+        ) from None
     interrupted = False
     if body.strategy in ("interrupt", "rollback") and not admission.duplicate:
         interrupted = await rt.interrupt(inner)

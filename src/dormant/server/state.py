@@ -21,6 +21,7 @@ from ..ops.exporter import Exporter
 from ..runtime import Runtime
 from ..tenants.scope import Scope
 from .hub import Hub
+from .inflight import Flights
 from .quotas import TenantQuotas
 
 
@@ -68,6 +69,8 @@ class ServerState:
     quotas: TenantQuotas
     exporter: Exporter
     run_task: asyncio.Task[None] | None = None
+    #: identical OpenAI-compatible requests in flight, sharing one wait (bounded)
+    flights: Flights = field(default_factory=Flights)
     ready_checks: list[Callable[[], Awaitable[str | None]]] = field(default_factory=list)
 
     @property

@@ -15,10 +15,10 @@ Nothing is kept in memory but the messages of this one turn (capped by
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from ..errors import ModelError, NotFound, UsageError
+from ..errors import ModelError, NotFound, ShuttingDown, UsageError
 from ..records import Message, NewInput, ToolCall
 from ..tokens import DEFAULT_ENCODING, count_text
 from .state import ServerState
@@ -74,10 +74,12 @@ async def exchange(
     *,
     tenant: str,
     client_tools: bool = False,
-) -> AsyncIterator[str | Outcome]:
+) -> AsyncGenerator[str | Outcome | None, None]:
     """Admit ``items`` and ``answers`` to stored thread ``thread_id`` of ``tenant``, then
-    yield the agent's live text and, last, the :class:`Outcome`. Raises ModelError after
-    the reply timeout."""
+    yield None once they are durable (so a caller can answer a refused admission with its
+    own status before it starts a stream: :func:`admitted`), the agent's live text and,
+    last, the :class:`Outcome`. Raises ModelError after the reply timeout, ShuttingDown
+    (503) at once when the server stops."""
     rt = state.runtime
     if not items and not answers:
         raise UsageError("nothing new to send: the messages were all seen before")
@@ -95,7 +97,9 @@ async def exchange(
         admissions = await rt.admit(items, tenant=tenant) if items else []
         input_ids = {a.input_id for a in admissions}
         if admissions and all(a.duplicate for a in admissions) and not answers:
-            start = await _anchor(state, thread_id, tenant, input_ids, call_ids) or start
+            anchor = await _anchor(state, thread_id, tenant, input_ids, call_ids)
+            start = start if anchor is None else anchor  # seq 0 is an anchor too
+        yield None  # durable: the admission's errors are behind us
         prompt = tokens_of([i.content for i in items] + [a.content for a in answers])
         found = False
         turn: list[Message] = []
@@ -131,11 +135,46 @@ async def exchange(
                             yield _outcome(thread_id, last, "tool_calls", last.tool_calls, prompt, turn)
                             return
                     await sub.wake.wait()
+                    if state.hub.closing:
+                        raise ShuttingDown(
+                            "the server is shutting down; the input is durable and will be answered "
+                            "(retry, or read it from the thread's messages)"
+                        )
         except TimeoutError:
             raise ModelError(
                 f"no reply within {state.config.reply_timeout_s:g}s; the input is durable and will be "
                 "answered (read it from the thread's messages)"
             ) from None
+
+
+async def admitted(
+    turns: AsyncGenerator[str | Outcome | None, None],
+) -> AsyncGenerator[str | Outcome, None]:
+    """Run ``turns`` (an :func:`exchange`) to its admission, raising what admission raised,
+    and return the rest of it: live text, then the outcome. The exchange is closed when
+    the returned iterator is (or ends)."""
+    first = await anext(turns)
+    assert first is None
+
+    async def rest() -> AsyncGenerator[str | Outcome, None]:
+        try:
+            async for item in turns:
+                if item is not None:
+                    yield item
+        finally:
+            await turns.aclose()
+
+    return rest()
+
+
+async def final(turns: AsyncIterator[str | Outcome]) -> Outcome:
+    """The :class:`Outcome` at the end of ``turns`` (live text skipped)."""
+    outcome = None
+    async for item in turns:
+        if isinstance(item, Outcome):
+            outcome = item
+    assert outcome is not None
+    return outcome
 
 
 def _outcome(

@@ -29,6 +29,7 @@ from ..errors import InvalidInput, NotFound, StoreError, UsageError
 from ..journal.rules import validate_changes, validate_state
 from ..memory.registers import is_binding_key
 from ..records import (
+    MAX_FINGERPRINT,
     Admission,
     BlobRef,
     Claim,
@@ -42,7 +43,6 @@ from ..records import (
     SliceLoad,
     StoreStatus,
     Thread,
-    TierSizes,
     ViewLimits,
 )
 from ..tenants import scope as tenancy
@@ -50,7 +50,7 @@ from ..tools.blobs import read_length
 from ..view.cache import ViewCache
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
-from .core_retention import SummaryRetention
+from .core_retention import RetentionRules
 from .core_tenants import TenantRules
 from .journal import StateJournal
 from .rows import MAX_ROW_STATE_BYTES, row_state
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 #: Appended to a tool result that retention cut (:meth:`StoreCore.shrink_tool_results`).
-RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is kept]"
 
 #: Default byte budget of the view cache when none is handed in.
 DEFAULT_VIEW_CACHE_BYTES = 24 * 1024 * 1024
@@ -142,6 +141,8 @@ def validate(items: Sequence[NewInput], max_input_bytes: int) -> None:
             item.tool_name,
             item.agent,
         )
+        if item.fingerprint is not None and not 0 < len(item.fingerprint) <= MAX_FINGERPRINT:
+            raise InvalidInput(f"an input's fingerprint is 1 to {MAX_FINGERPRINT} characters (a hash)")
         if any(text and "\x00" in text for text in texts):
             raise InvalidInput(f"an input for thread {item.thread_id!r} contains a NUL character (\\x00)")
 
@@ -163,7 +164,7 @@ def check_plan(plan: CommitPlan) -> None:
         raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
 
 
-class StoreCore(TenantRules, SummaryRetention):
+class StoreCore(TenantRules, RetentionRules):
     """The :class:`~dormant.store.base.Store` over one backend.
 
     ``views`` is the view cache (created from ``view_cache_bytes`` and
@@ -512,46 +513,6 @@ class StoreCore(TenantRules, SummaryRetention):
         return await self.backend.tenant_status(tenant)
 
     # -- retention -------------------------------------------------------------------
-
-    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
-        """Cut old tool results of a thread to their head (see
-        :meth:`Backend.shrink_tool_results`); how many were cut. Its cached views go."""
-        if keep < 1 or head_chars < 0 or limit < 1:
-            raise UsageError("keep and limit must be >= 1, head_chars >= 0")
-        cut = await self.backend.retention.shrink_tool_results(
-            thread_id, keep, head_chars, RETENTION_NOTE, limit
-        )
-        if cut:
-            self.views.discard(thread_id)
-        return cut
-
-    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
-        """Delete the thread's oldest runs that its summary covers, keeping its
-        ``keep_runs`` newest and those of its ``keep_tool_calls`` newest tool results
-        (see :meth:`Backend.prune_history`); how many messages."""
-        if min(keep_runs, keep_tool_calls, limit) < 1:
-            raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
-        deleted = await self.backend.retention.prune_history(
-            thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit
-        )
-        if deleted:
-            self.views.discard(thread_id)
-        return deleted
-
-    async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
-        """Forget up to ``limit`` dedup keys admitted before ``before`` (their inputs
-        consumed): a redelivery of one is admitted again; how many."""
-        if limit < 1:
-            raise UsageError("limit must be >= 1")
-        return await self.backend.retention.prune_dedup_keys(before, limit)
-
-    async def retention_sizes(self) -> TierSizes:
-        """Bytes each retention tier takes (reads every message: for metrics and budgets, not per slice)."""
-        return await self.backend.retention.tier_sizes(RETENTION_NOTE)
-
-    async def oldest_ready_at(self) -> float | None:
-        """When the oldest input a thread could consume now was admitted (None: none)."""
-        return await self.backend.retention.oldest_ready_at(self.clock())
 
     async def fork_thread(self, source: str, new_id: str, at_seq: int, state: Mapping[str, str]) -> Thread:
         """A new thread branching from ``source`` after its message ``at_seq`` (its views

@@ -1,22 +1,73 @@
-"""The summary rule of retention, a mixin of :class:`~dormant.store.core.StoreCore`:
-which compaction summaries of a thread may go (the statement that finds and deletes
-them is each backend's ``prune_summaries``)."""
+"""Retention's rules in the store core, a mixin of :class:`~dormant.store.core.StoreCore`:
+the bounds of each pruning call, which compaction summaries of a thread may go (the
+statements that find and delete rows are each backend's ``retention`` part), and that a
+thread's cached views go when its history changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..records import TierSizes
 
 if TYPE_CHECKING:
+    from ..view.cache import ViewCache
     from .backend import Backend
 
+#: What a tool result cut by retention ends with (its head is kept before it).
+RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is kept]"
 
-class SummaryRetention:
-    """Superseded compaction summaries: deleted once nothing can read them."""
+
+class RetentionRules:
+    """Cut tool results, pruned runs and dedup keys, superseded summaries, tier sizes."""
 
     if TYPE_CHECKING:
         backend: Backend
+        views: ViewCache
+
+        @property
+        def clock(self) -> Callable[[], float]: ...
+
+    async def shrink_tool_results(self, thread_id: str, *, keep: int, head_chars: int, limit: int) -> int:
+        """Cut old tool results of a thread to their head (see
+        :meth:`Backend.shrink_tool_results`); how many were cut. Its cached views go."""
+        if keep < 1 or head_chars < 0 or limit < 1:
+            raise UsageError("keep and limit must be >= 1, head_chars >= 0")
+        cut = await self.backend.retention.shrink_tool_results(
+            thread_id, keep, head_chars, RETENTION_NOTE, limit
+        )
+        if cut:
+            self.views.discard(thread_id)
+        return cut
+
+    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
+        """Delete the thread's oldest runs that its summary covers, keeping its
+        ``keep_runs`` newest and those of its ``keep_tool_calls`` newest tool results
+        (see :meth:`Backend.prune_history`); how many messages."""
+        if min(keep_runs, keep_tool_calls, limit) < 1:
+            raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
+        deleted = await self.backend.retention.prune_history(
+            thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit
+        )
+        if deleted:
+            self.views.discard(thread_id)
+        return deleted
+
+    async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
+        """Forget up to ``limit`` dedup keys admitted before ``before`` (their inputs
+        consumed): a redelivery of one is admitted again; how many."""
+        if limit < 1:
+            raise UsageError("limit must be >= 1")
+        return await self.backend.retention.prune_dedup_keys(before, limit)
+
+    async def retention_sizes(self) -> TierSizes:
+        """Bytes each retention tier takes (reads every message: for metrics and budgets, not per slice)."""
+        return await self.backend.retention.tier_sizes(RETENTION_NOTE)
+
+    async def oldest_ready_at(self) -> float | None:
+        """When the oldest input a thread could consume now was admitted (None: none)."""
+        return await self.backend.retention.oldest_ready_at(self.clock())
 
     async def prune_summaries(self, thread_id: str, *, keep: int, limit: int) -> int:
         """Delete up to ``limit`` of the thread's summaries, oldest first, that nothing can

@@ -218,7 +218,7 @@ def test_cgroup_v2_and_v1_limits_are_read(tmp_path: Path) -> None:
 
 
 def test_a_configured_limit_wins() -> None:
-    assert detect_limit(123 * MIB) == (123 * MIB, "DORMANT_MEMORY_LIMIT")
+    assert detect_limit(123 * MIB) == (123 * MIB, "DORMANT_RSS_LIMIT")
     limit, source = detect_limit(0)
     assert limit > 0 and source in ("cgroup", "ram")
 
@@ -261,7 +261,7 @@ async def test_a_runtime_builds_its_governor_from_settings() -> None:
     assert rt.governor.state.hard_limit == 2048 * MIB
     assert rt.governor.state.threshold(Level.EMERGENCY) == int(2048 * MIB * 0.8)
     assert rt.governor.handles.base_concurrency == 16
-    assert rt.governor.source == "DORMANT_MEMORY_LIMIT"
+    assert rt.governor.source == "DORMANT_RSS_LIMIT"
     # wired to the store's own abilities, not probed for them
     assert rt.governor.handles.cache is rt.store.views
     assert rt.governor.handles.release_store_caches == rt.store.release_caches

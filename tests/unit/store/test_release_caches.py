@@ -1,4 +1,4 @@
-"""Store.release_caches: what the memory governor calls to give back database caches."""
+"""Store.release_caches: what the RSS governor calls to give back database caches."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from psycopg_pool import PoolTimeout, TooManyRequests
 
 from ...errors import (
     DormantError,
+    IdempotencyMismatch,
     InvalidInput,
     LeaseLost,
     NotFound,
@@ -85,6 +86,8 @@ def translate(exc: BaseException) -> BaseException:
             new = NotFound(text)
         elif state == "DM003":
             new = StoreError(text)
+        elif state == "DM004":
+            new = IdempotencyMismatch(text)
         elif state == "53100":
             new = StoreFull(f"the PostgreSQL server's disk is full: {text}")
         elif state == "53300":

@@ -160,7 +160,7 @@ class SQLiteBackend(BackendDefaults):
 
     async def release_caches(self) -> int:
         """Free what SQLite can of each connection's page cache (apsw
-        ``Connection.release_caches``, i.e. ``sqlite3_db_release_caches``); how many
+        ``Connection.release_memory``, i.e. ``sqlite3_db_release_memory``); how many
         connections released memory (0 when the store is closed).
 
         A writer on its own thread is released on that thread, between batches (never
@@ -174,7 +174,7 @@ class SQLiteBackend(BackendDefaults):
         for conn in conns:
             if self._closing or self._writer_queue is None:
                 break  # closed meanwhile: its connections hold nothing any more
-            release: Callable[[], None] = conn.release_caches
+            release: Callable[[], None] = conn.release_memory
             try:
                 if self._executor is not None and self._writer is conn:
                     await asyncio.get_running_loop().run_in_executor(self._executor, release)

@@ -15,7 +15,7 @@ import apsw
 import msgspec
 
 from ... import inbox
-from ...errors import InvalidInput, LeaseLost, NotFound, StoreError
+from ...errors import IdempotencyMismatch, InvalidInput, LeaseLost, NotFound, StoreError
 from ...records import Admission, Claim, CommitPlan, NewInput, Thread, Usage
 from ..rows import row_thread
 from . import journal_sql, sql
@@ -77,10 +77,14 @@ def admit_one(conn: Conn, item: NewInput, now: float) -> Admission:
         raise
     input_id = conn.last_insert_rowid()
     # the dedup key decides; a duplicate (rare) takes its just-inserted row back out
-    conn.execute(sql.INSERT_INPUT_KEY, (item.thread_id, item.dedup_key, input_id, now))
+    conn.execute(sql.INSERT_INPUT_KEY, (item.thread_id, item.dedup_key, input_id, now, item.fingerprint))
     if conn.changes() == 0:
         conn.execute(sql.DELETE_INPUT, (input_id,))
         known = conn.execute(sql.INPUT_OF_KEY, (item.thread_id, item.dedup_key)).fetchone()
+        if item.fingerprint is not None and known[1] is not None and known[1] != item.fingerprint:
+            raise IdempotencyMismatch(  # the job's savepoint undoes the whole batch
+                f"the dedup key of thread {item.thread_id!r} was used with a different request"
+            )
         return Admission(
             input_id=known[0], thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=True
         )

@@ -77,12 +77,15 @@ CREATE TABLE inputs (
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
 -- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
--- input was consumed): a repeated (thread, key) is a duplicate.
+-- input was consumed): a repeated (thread, key) is a duplicate, and one whose request
+-- fingerprint differs from the stored one is refused (idempotency_mismatch).
 CREATE TABLE input_keys (
     thread_id   TEXT NOT NULL,
     dedup_key   TEXT NOT NULL,
     input_id    INTEGER NOT NULL,
     admitted_at REAL NOT NULL DEFAULT 0,
+    -- a hash of the request that admitted it (an Idempotency-Key's body), or NULL
+    fingerprint TEXT,
     PRIMARY KEY (thread_id, dedup_key)
 ) WITHOUT ROWID;
 CREATE INDEX input_keys_admitted ON input_keys (admitted_at);

@@ -226,10 +226,10 @@ EXPIRE_CALLS_OF = "UPDATE outbox SET lease_expires = 0 WHERE lease_owner = ? AND
 # -- inputs ---------------------------------------------------------------------------
 
 INSERT_INPUT_KEY = """
-INSERT INTO input_keys (thread_id, dedup_key, input_id, admitted_at) VALUES (?, ?, ?, ?)
+INSERT INTO input_keys (thread_id, dedup_key, input_id, admitted_at, fingerprint) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (thread_id, dedup_key) DO NOTHING
 """
-INPUT_OF_KEY = "SELECT input_id FROM input_keys WHERE thread_id = ? AND dedup_key = ?"
+INPUT_OF_KEY = "SELECT input_id, fingerprint FROM input_keys WHERE thread_id = ? AND dedup_key = ?"
 DELETE_INPUT = "DELETE FROM inputs WHERE id = ?"
 
 

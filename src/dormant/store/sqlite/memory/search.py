@@ -87,7 +87,9 @@ def candidates(
                 f"AND subject IN ({_in(keys)})",
                 (pack(search.vector), search.vector_limit, *keys),
             ).fetchall()
-            dist: dict[int, float] = dict(hits)
+            # a query vector without direction (all zeros: text the embedder has no feature
+            # of) has no cosine distance to anything: sqlite-vec answers NULL, no hit
+            dist: dict[int, float] = {rid: d for rid, d in hits if d is not None}
             if scope_rows is not None:
                 rows = [scope_rows[rid] for rid in dist if rid in scope_rows]
             elif dist:
