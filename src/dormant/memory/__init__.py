@@ -2,6 +2,10 @@
 
 The public names are listed in ``__all__`` (a test pins them). See
 ``docs/memory.md`` for the model and BENCHMARKS.md for the recall figures.
+
+May import: tools (for the memory tools), tenants and the root's vocabulary. Its rows
+are the store's (``store/*/memory/``); only :mod:`.facade` (``Memory.open`` opens a store
+by URL) sits above the store.
 """
 
 from .backend import AddResult, MemoryBackend

@@ -1,4 +1,6 @@
-"""Model adapters: the :class:`Model` interface, the scripted model, OpenAI-compatible HTTP."""
+"""Model adapters: the :class:`Model` interface, the scripted model, OpenAI-compatible HTTP.
+
+May import: the root's vocabulary only (``errors``, ``records``, ``tokens``)."""
 
 from .base import (
     Finish,

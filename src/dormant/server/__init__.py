@@ -4,9 +4,12 @@ OpenAI-compatible Chat Completions and Responses — hosting one :class:`~dorman
 Modules: :mod:`.app` (the app and its lifespan), :mod:`.routes` (REST v1),
 :mod:`.streams` (SSE), :mod:`.hub` (wake-ups and live text), :mod:`.turns` (one
 exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`,
-:mod:`.cli_tenants` (``dormant tenants``: tenants and API keys live in the store,
-see :mod:`dormant.tenants.keys`), :mod:`dormant.tenants.scope` (tenant scope of thread ids),
-:mod:`.limits` (body size before parsing), :mod:`.problems` (errors as JSON).
+:mod:`.state` (the knobs and state every route shares), :mod:`.limits` (body size
+before parsing), :mod:`.validation` (the one text check), :mod:`.problems` (errors as
+JSON). ``dormant tenants`` is :mod:`dormant.cli.tenants`.
+
+May import: the runtime, ops (the exporter, workers), the store protocol, long-term
+memory's handle and the root's vocabulary; never the CLI.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Every store is the :class:`~dormant.store.core.StoreCore` (the domain rules, onc
 over a backend that only moves rows (:mod:`dormant.store.backend`): SQLite for
 ``sqlite:///path`` and ``memory://`` (an in-memory SQLite database), PostgreSQL for
 ``postgresql://``.
+
+May import: the view cache and builder, tools' blobs, tenants, the journal's rules,
+long-term memory's records and row protocol, and the root's vocabulary; never the
+slices, the runtime, the server or the CLI (they use a store).
 """
 
 from __future__ import annotations
