@@ -23,7 +23,7 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import DormantError, NotFound, UsageError
+from ..errors import DormantError, InvalidInput, NotFound, UsageError
 from ..records import NewInput
 from ..tenants.scope import Scope
 from .routes import ERRORS, TenantScope, agent_name, check_size
@@ -71,7 +71,10 @@ def thread_of(scope: Scope, body: ResponsesRequest) -> tuple[str, bool]:
             outer = bytes.fromhex(match.group(1)).decode()
         except ValueError:
             raise NotFound(f"no response {body.previous_response_id!r}") from None
-        return scope.inner(outer), True
+        try:
+            return scope.inner(outer), True
+        except InvalidInput:  # not an id this server made
+            raise NotFound(f"no response {body.previous_response_id!r}") from None
     if body.conversation is not None:
         cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
         if not _PLAIN_ID.match(cid):
