@@ -30,6 +30,20 @@ async def first_status(client: httpx.AsyncClient, url: str) -> Event:
     raise AssertionError("no status event")
 
 
+async def status_of(client: httpx.AsyncClient, url: str, **params: str) -> httpx.Response:
+    """The answer's status and error body, without reading an event stream to its end."""
+    async with asyncio.timeout(10), client.stream("GET", url, params=params or None) as r:
+        if r.status_code != 200:
+            await r.aread()
+        return r
+
+
+def error_of(r: httpx.Response) -> str:
+    message = json.loads(r.content)["error"]["message"]
+    assert isinstance(message, str)
+    return message
+
+
 async def token_for(s: Served, thread: str, key: str | None = None) -> str:
     async with s.client(key) as c:
         r = await c.post(f"/v1/threads/{thread}/events/token")
@@ -57,17 +71,18 @@ async def test_a_token_opens_its_threads_events_without_a_key(caplog: pytest.Log
         async with httpx.AsyncClient(base_url=s.url, timeout=30) as anonymous:  # no Authorization
             status = await first_status(anonymous, f"/v1/threads/t/events?token={token}")
             assert json.loads(status.data)["status"] == "active"
-            other = await anonymous.get(f"/v1/threads/u/events?token={token}")  # another thread
-            assert other.status_code == 401 and other.json()["error"]["code"] == "unauthenticated"
-            elsewhere = await anonymous.get(f"/v1/threads/t?token={token}")  # another route
+            other = await status_of(anonymous, f"/v1/threads/u/events?token={token}")  # another thread
+            assert other.status_code == 401
+            assert json.loads(other.content)["error"]["code"] == "unauthenticated"
+            elsewhere = await status_of(anonymous, f"/v1/threads/t?token={token}")  # another route
             assert elsewhere.status_code == 401
             forged = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
-            assert (await anonymous.get(f"/v1/threads/t/events?token={forged}")).status_code == 401
+            assert (await status_of(anonymous, f"/v1/threads/t/events?token={forged}")).status_code == 401
             for junk in ("x", "ev1.t000000000000.1.abc", "a" * 80):
-                r = await anonymous.get("/v1/threads/t/events", params={"token": junk})
+                r = await status_of(anonymous, "/v1/threads/t/events", token=junk)
                 assert r.status_code in (401, 422), (junk, r.status_code)
-                assert r.status_code != 401 or "token" in r.json()["error"]["message"]
-            assert (await anonymous.get("/v1/threads/t/events")).status_code == 401  # neither
+                assert r.status_code != 401 or "token" in error_of(r)
+            assert (await status_of(anonymous, "/v1/threads/t/events")).status_code == 401  # neither
     assert token not in caplog.text  # the access log names the route template, never the query
 
 
@@ -80,7 +95,7 @@ async def test_tokens_are_tenant_scoped() -> None:
             await b.post("/v1/threads", json={"id": "mine"})
         token_b = await token_for(s, "mine", s.key_b)
         async with httpx.AsyncClient(base_url=s.url, timeout=30) as anonymous:
-            r = await anonymous.get(f"/v1/threads/t/events?token={token_b}")
+            r = await status_of(anonymous, f"/v1/threads/t/events?token={token_b}")
             assert r.status_code == 401  # bound to B's thread "mine", not to A's "t"
         tenant_b = (await s.runtime.store.tenant("bravo")).id
         assert token_b.split(".")[1] == tenant_b
@@ -96,11 +111,11 @@ async def test_an_expired_token_or_one_of_another_server_is_refused() -> None:
         stranger, _ = StreamTokens(secret=b"s" * 32).issue(tenant, "t")  # valid shape, other secret
         async with httpx.AsyncClient(base_url=s.url, timeout=30) as anonymous:
             await first_status(anonymous, f"/v1/threads/t/events?token={token}")
-            r = await anonymous.get(f"/v1/threads/t/events?token={stranger}")
-            assert r.status_code == 401 and "another server" in r.json()["error"]["message"]
+            r = await status_of(anonymous, f"/v1/threads/t/events?token={stranger}")
+            assert r.status_code == 401 and "another server" in error_of(r)
             await asyncio.sleep(1.2)
-            r = await anonymous.get(f"/v1/threads/t/events?token={token}")
-            assert r.status_code == 401 and "expired" in r.json()["error"]["message"]
+            r = await status_of(anonymous, f"/v1/threads/t/events?token={token}")
+            assert r.status_code == 401 and "expired" in error_of(r)
 
 
 async def test_the_same_secret_makes_tokens_valid_on_every_server() -> None:
