@@ -117,7 +117,9 @@ def test_server_settings_come_from_the_environment_too(cli: Cli) -> None:
         ("memory", "search", "anything", "--identity", "phone=1"),
     ],
 )
-def test_every_command_creates_a_missing_store_and_says_so(cli: Cli, tmp_path: Path, command: tuple[str, ...]) -> None:
+def test_every_command_creates_a_missing_store_and_says_so(
+    cli: Cli, tmp_path: Path, command: tuple[str, ...]
+) -> None:
     result = cli(*command)
     assert result.returncode == 0, result.stderr
     assert f"no store at sqlite:///{tmp_path}/t.db yet: creating it" in result.stderr
