@@ -6,7 +6,10 @@ Modules: :mod:`.app` (the app and its lifespan), :mod:`.routes` (REST v1),
 exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`,
 :mod:`.cli_tenants` (``dormant tenants``: tenants and API keys live in the store,
 see :mod:`dormant.tenants.keys`), :mod:`dormant.tenants.scope` (tenant scope of thread ids),
-:mod:`.limits` (body size before parsing), :mod:`.problems` (errors as JSON).
+:mod:`.limits` (body size before parsing), :mod:`.problems` (errors as JSON),
+:mod:`.access` (access log, request ids, HTTP metrics), :mod:`.guard` (header caps and
+read timeouts of a connection), :mod:`.tokens` and :mod:`.stream_auth` (event-stream
+tokens), :mod:`.cors` (browser origins).
 """
 
 from __future__ import annotations
