@@ -6,7 +6,7 @@ from typing import Any
 
 import typer.main
 
-from dormant.cli import app
+from dormant.cli.main import app
 
 from .runner import Cli
 

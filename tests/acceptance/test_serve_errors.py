@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dormant.cli_base import announce_if_new, err
+from dormant.cli.base import announce_if_new, err
 from dormant.store import open_store
 
 from .runner import Cli, assert_usage_error, clean_env

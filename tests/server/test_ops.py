@@ -9,7 +9,7 @@ import re
 import pytest
 
 from dormant.agent import Agent
-from dormant.cli import EventFormatter
+from dormant.cli.main import EventFormatter
 from dormant.errors import UsageError
 from dormant.logs import JsonFormatter
 from dormant.models import echo_model

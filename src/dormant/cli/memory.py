@@ -9,7 +9,6 @@ object per line. The memory lives in the store (`--store`, any store URL), in it
 from __future__ import annotations
 
 import asyncio
-
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager

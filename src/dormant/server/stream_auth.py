@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from ..errors import NotFound, Unauthenticated
 from ..tenants.scope import Scope
 from .access import note_tenant
-from .state import bearer, state_of, tenant_scope
 from .routes import ERRORS, TenantScope
+from .state import bearer, state_of, tenant_scope
 from .tokens import MAX_TOKEN_CHARS
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=ERRORS)

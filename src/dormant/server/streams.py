@@ -34,7 +34,6 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import DormantError, UsageError
-
 from .hub import Subscriber
 from .routes import ERRORS
 from .schemas import MessageOut
