@@ -220,6 +220,17 @@ class Settings(BaseModel):
     retention_interval_s: float = Field(
         60.0, ge=0, description="seconds between background retention passes (0: no background pass)"
     )
+    # connections of `dormant serve` (see dormant.server.guard)
+    http_header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="seconds a client may take to send a request's line and headers"
+    )
+    http_body_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="seconds a client may take to send a request's body"
+    )
+    http_max_header_bytes: int = Field(
+        32 * 1024, ge=1024, le=1024 * 1024, description="bytes of a request's line and headers at most"
+    )
+    http_max_headers: int = Field(100, ge=8, le=1000, description="header lines of a request at most")
     dedup_horizon_s: float = Field(
         7 * 86400.0,
         gt=0,

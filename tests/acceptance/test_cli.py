@@ -164,8 +164,10 @@ def test_bad_store_url_is_a_usage_error(cli: Cli) -> None:
     assert_usage_error(cli("send", "t", "x", "--store", "nope://x", store=False), "nope://x")
 
 
-def test_missing_database_is_a_usage_error(cli: Cli) -> None:
-    assert_usage_error(cli("threads"), "dormant init")
+def test_a_missing_database_is_created_and_said_by_read_and_write_commands(cli: Cli) -> None:
+    listing = cli("threads")
+    assert listing.returncode == 0 and "(no threads)" in listing.stdout
+    assert (cli.cwd / "t.db").exists()
 
 
 def test_env_var_store_is_honoured(cli: Cli, tmp_path: Path) -> None:

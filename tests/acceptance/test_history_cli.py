@@ -91,7 +91,8 @@ async def test_show_defaults_to_the_newest_page(cli: Cli) -> None:
     n = len(history)
     shown = cli.ok("show", "h", "--limit", "5")
     assert seqs(shown) == list(range(n - 4, n + 1))  # oldest first within the page
-    assert hint(shown, "older") == ["show", "h", "--before", str(n - 4), "--limit", "5"]
+    older = ["show", "h", "--before", str(n - 4), "--store", cli.store, "--limit", "5"]
+    assert hint(shown, "older") == older  # runnable as printed: it names the store
     assert hint(shown, "newer") is None
     everything = cli.ok("show", "h")  # fits one default page: no footer
     assert seqs(everything) == list(range(1, n + 1))
@@ -105,11 +106,16 @@ async def test_paging_back_then_forward_shows_every_message_once(cli: Cli) -> No
     assert len(expected) == 17
 
     pages: list[list[int]] = []
-    args: list[str] | None = ["show", thread, "--limit", "5"]
-    while args is not None:
-        shown = cli.ok(*args)
+    shown = cli.ok("show", thread, "--limit", "5")
+    args: list[str] | None
+    while True:
         pages.append(seqs(shown))
         args = hint(shown, "older")
+        if args is None:
+            break
+        ran = cli(*args, store=False)  # the hint as printed, --store included
+        assert ran.returncode == 0, ran.stderr
+        shown = ran.stdout
     assert [len(p) for p in pages] == [5, 5, 5, 2]
     assert [s for page in reversed(pages) for s in page] == expected
 
@@ -131,26 +137,26 @@ async def test_before_and_after_bounds(cli: Cli) -> None:
     start = cli.ok("show", "b", "--after", "0", "--limit", "4")
     assert seqs(start) == [1, 2, 3, 4]
     assert hint(start, "older") is None
-    assert hint(start, "newer") == ["show", "b", "--after", "4", "--limit", "4"]
+    assert hint(start, "newer") == ["show", "b", "--after", "4", "--store", cli.store, "--limit", "4"]
 
     tail = cli.ok("show", "b", "--after", str(n - 2), "--limit", "4")
     assert seqs(tail) == [n - 1, n]
     assert hint(tail, "newer") is None
-    assert hint(tail, "older") == ["show", "b", "--before", str(n - 1), "--limit", "4"]
+    assert hint(tail, "older") == ["show", "b", "--before", str(n - 1), "--store", cli.store, "--limit", "4"]
 
     head = cli.ok("show", "b", "--before", "3", "--limit", "4")
     assert seqs(head) == [1, 2]
     assert hint(head, "older") is None
-    assert hint(head, "newer") == ["show", "b", "--after", "2", "--limit", "4"]
+    assert hint(head, "newer") == ["show", "b", "--after", "2", "--store", cli.store, "--limit", "4"]
 
     nothing_older = cli.ok("show", "b", "--before", "1")
     assert seqs(nothing_older) == [] and "(no messages in this range)" in nothing_older
     assert hint(nothing_older, "older") is None
-    assert hint(nothing_older, "newer") == ["show", "b", "--after", "0"]
+    assert hint(nothing_older, "newer") == ["show", "b", "--after", "0", "--store", cli.store]
 
     nothing_newer = cli.ok("show", "b", "--after", str(n))
     assert seqs(nothing_newer) == [] and hint(nothing_newer, "newer") is None
-    assert hint(nothing_newer, "older") == ["show", "b", "--before", str(n + 1)]
+    assert hint(nothing_newer, "older") == ["show", "b", "--before", str(n + 1), "--store", cli.store]
 
 
 def test_before_and_after_exclude_each_other(cli: Cli) -> None:

@@ -15,7 +15,7 @@ from dormant.agent import Agent
 from dormant.config import Settings
 from dormant.runtime import Runtime
 from dormant.server import ServerConfig, create_app
-from dormant.server.main import listen
+from dormant.server.main import listen, uvicorn_config
 
 
 @dataclass
@@ -56,9 +56,7 @@ async def serve(
     app = create_app(runtime, config or ServerConfig(poll_s=0.2, heartbeat_s=1.0))
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-    )
+    server = uvicorn.Server(uvicorn_config(app, app.state.server.config, graceful_s=2))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(10):

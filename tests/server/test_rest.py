@@ -107,7 +107,7 @@ async def test_bad_requests_get_coded_errors_not_500() -> None:
         r = await c.post("/v1/threads/t1/inputs", json={"content": "x", "agent": "nobody"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "usage_error"
         r = await c.post("/v1/threads/bad%20id/inputs", json={"content": "x"})
-        assert r.status_code == 404
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
         r = await c.get("/v1/threads/t1/messages", params={"cursor": "abc"})
         assert r.status_code == 422
         r = await c.post("/v1/threads/nope/retry")

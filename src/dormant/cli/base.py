@@ -21,7 +21,7 @@ from rich.text import Text
 from ..config import Settings
 from ..errors import DormantError, Overloaded, UsageError
 from ..store import MAX_PAGE, Store, open_store, store_options
-from ..urls import remember, scrub
+from ..urls import redact, remember, scrub
 
 T = TypeVar("T")
 
@@ -30,7 +30,11 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 StoreOpt = Annotated[
     str,
-    typer.Option("--store", envvar="DORMANT_STORE", help="Store URL: sqlite:///path.db or memory://."),
+    typer.Option(
+        "--store",
+        envvar="DORMANT_STORE",
+        help="Store URL: sqlite:///path.db, postgresql://user@host/db or memory://.",
+    ),
 ]
 LimitOpt = Annotated[
     int,
@@ -67,16 +71,26 @@ def settings_for(store: str, **overrides: Any) -> Settings:
     return settings
 
 
+async def announce_if_new(store: Store) -> None:
+    """Say on stderr that ``store`` is about to be created, when it does not exist yet and
+    stderr is a terminal.
+
+    Every command that uses a store creates a missing one (as ``dormant init`` does), so
+    ``send``, ``serve``, ``status`` or ``threads`` on a new path all work; at a terminal
+    this line makes a mistyped path visible, while a script's stderr keeps its one
+    ``error:`` line contract. ``doctor`` and ``backup`` only examine or copy a store and
+    never create one."""
+    if err.is_terminal and store.persistent and not await store.exists():
+        err.print(f"note: no store at {redact(store.url)} yet: creating it", style="yellow")
+
+
 @asynccontextmanager
-async def opened_store(settings: Settings, *, create: bool = False) -> AsyncIterator[Store]:
-    """The settings' store, opened (and migrated). Without ``create``, a missing
-    SQLite file is an error instead of a new empty database."""
+async def opened_store(settings: Settings, *, announce: bool = True) -> AsyncIterator[Store]:
+    """The settings' store, opened (created or migrated); a new one is announced on
+    stderr unless ``announce`` is false (``dormant init``, which says so itself)."""
     store = open_store(settings.store, **store_options(settings.store, settings))
-    if not create and store.persistent and not await store.exists():
-        raise UsageError(
-            f"no database at {store.path or settings.store!r}: "
-            f"run `dormant init --store {settings.store}` first"
-        )
+    if announce:
+        await announce_if_new(store)
     await store.open()
     try:
         yield store

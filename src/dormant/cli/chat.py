@@ -27,7 +27,17 @@ from .agents import (
     close_models,
 )
 from .apps import DEFAULT_BASE_URL, SCRIPTED
-from .base import MaxCharsOpt, StoreOpt, clip, err, fail, out, run_async, settings_for
+from .base import (
+    MaxCharsOpt,
+    StoreOpt,
+    announce_if_new,
+    clip,
+    err,
+    fail,
+    out,
+    run_async,
+    settings_for,
+)
 from .retry import BuiltinsOpt, ContextWindowOpt, MaxOutputOpt
 
 
@@ -68,7 +78,9 @@ def send(
     async def go() -> None:
         settings = settings_for(store)
         agents = agents_for(app_spec, model, base_url, system)
-        async with Runtime(settings.store, agents, settings=settings) as rt:
+        rt = Runtime(settings.store, agents, settings=settings)
+        await announce_if_new(rt.store)
+        async with rt:
             admission = await rt.send(
                 thread, text, key=key, agent=agent, priority=Priority(priority), identity=parts or None
             )
@@ -131,6 +143,7 @@ def chat(
         )
         with asyncio.Runner() as runner:
             rt = Runtime(settings.store, agents, settings=settings)
+            runner.run(announce_if_new(rt.store))
             runner.run(rt.open())
             try:
                 cursor = runner.run(last_seq(rt, thread))

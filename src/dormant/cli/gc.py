@@ -23,7 +23,8 @@ def gc(
             "--keep-tool-calls",
             envvar="DORMANT_RETENTION_TOOL_CALLS",
             min=1,
-            help="Newest tool results per thread kept whole [default: 200].",
+            help="Newest tool results per thread kept whole. Default 200.",
+            show_default=False,
         ),
     ] = None,
     head_chars: Annotated[
@@ -32,7 +33,8 @@ def gc(
             "--head-chars",
             envvar="DORMANT_RETENTION_HEAD_CHARS",
             min=0,
-            help="Characters an older result keeps [default: 512].",
+            help="Characters an older result keeps. Default 512.",
+            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -40,8 +42,8 @@ def gc(
     and state folded, dedup keys past the horizon forgotten, superseded summaries that
     nothing reads deleted) and write due checkpoints.
 
-    The other tiers follow the ``DORMANT_RETENTION_*``, ``DORMANT_DEDUP_HORIZON_S`` and
-    ``DORMANT_CHECKPOINT_*`` variables.
+    The other tiers follow the DORMANT_RETENTION_*, DORMANT_DEDUP_HORIZON_S and
+    DORMANT_CHECKPOINT_* variables.
     """
     settings = settings_for(store, retention_tool_calls=keep_tool_calls, retention_head_chars=head_chars)
     policy = RetentionPolicy.from_settings(settings)

@@ -26,6 +26,7 @@ from ..config import DEFAULT_STORE
 from ..errors import DormantError, UsageError
 from ..records import Message, Thread
 from ..store import Store
+from ..urls import redact
 from .base import (
     LimitOpt,
     MaxCharsOpt,
@@ -158,6 +159,8 @@ def show(
     if not window.items:
         out.print("(no messages)" if before is None and after is None else "(no messages in this range)")
     options: list[str] = []
+    if store != DEFAULT_STORE:  # the hints run as printed (a password shows redacted)
+        options += ["--store", redact(store)]
     if limit != DEFAULT_LIMIT:
         options += ["--limit", str(limit)]
     if full:

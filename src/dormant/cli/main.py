@@ -50,7 +50,19 @@ from .agents import (
 )
 from .apps import DEFAULT_BASE_URL, SCRIPTED
 from .backup import backup, restore
-from .base import LimitOpt, StoreOpt, clip, err, fail, opened_store, out, run_async, settings_for, when
+from .base import (
+    LimitOpt,
+    StoreOpt,
+    announce_if_new,
+    clip,
+    err,
+    fail,
+    opened_store,
+    out,
+    run_async,
+    settings_for,
+    when,
+)
 from .chat import chat, send
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .history import export, show
@@ -150,7 +162,7 @@ def init(store: StoreOpt = DEFAULT_STORE) -> None:
 
     async def go() -> None:
         settings = settings_for(store)
-        async with opened_store(settings, create=True) as st:
+        async with opened_store(settings, announce=False) as st:
             status = await st.status()
         out.print(f"store {redact(settings.store)} ready (schema version {status.schema_version})")
         if not st.persistent:
@@ -201,7 +213,9 @@ def run(
         settings = settings_for(store, concurrency=concurrency)
         agents = agents_for(app_spec, model, base_url, system)
         try:
-            async with Runtime(settings.store, agents, settings=settings) as rt:
+            rt = Runtime(settings.store, agents, settings=settings)
+            await announce_if_new(rt.store)
+            async with rt:
                 if metrics_port is None:
                     await serve(rt, until_idle=until_idle)
                     return

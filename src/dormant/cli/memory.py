@@ -8,6 +8,7 @@ object per line. The memory lives in the store (`--store`, any store URL), in it
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
 from ..memory.ranking import FilterSpec
 from ..memory.records import DEFAULT_TENANT, MEMORY_KINDS, MemoryKind, MemoryRecord, NewMemory, TagValue
 from ..store import open_store, store_options
-from .base import StoreOpt, err, fail, out
+from .base import StoreOpt, announce_if_new, err, fail, out
 
 memory_app = typer.Typer(
     help="Long-term memory: records bound to identities, hybrid recall.", no_args_is_help=True
@@ -88,7 +89,9 @@ def opened(store: str, embedder: EmbedderName, tenant: str) -> Iterator[tuple[Me
     its own) and the id of ``tenant`` (a name or id of the store's tenants, looked up;
     ``""``: the default tenant); expected errors become one ``error:`` line."""
     try:
-        with blocking(open_store(store, **store_options(store, Settings.from_env()))) as (s, loops):
+        unopened = open_store(store, **store_options(store, Settings.from_env()))
+        asyncio.run(announce_if_new(unopened))  # a missing store is created, as by every command
+        with blocking(unopened) as (s, loops):
             tenant_id = loops.run(s.tenant(tenant)).id if tenant else DEFAULT_TENANT
             core = MemoryCore(s.memory_rows(), _embedder(embedder))
             try:

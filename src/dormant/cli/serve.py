@@ -23,7 +23,7 @@ from .agents import (
     worker_command,
 )
 from .apps import DEFAULT_BASE_URL, SCRIPTED
-from .base import StoreOpt, err, fail, out, settings_for
+from .base import StoreOpt, announce_if_new, err, fail, out, settings_for
 
 
 def serve_command(
@@ -80,6 +80,82 @@ def serve_command(
             "to the flag, which `ps` shows).",
         ),
     ] = None,
+    header_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--header-timeout",
+            envvar="DORMANT_HTTP_HEADER_TIMEOUT_S",
+            help="Seconds a client may take to send a request's line and headers (else 408, closed). "
+            "Default 10.",
+            show_default=False,
+        ),
+    ] = None,
+    body_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--body-timeout",
+            envvar="DORMANT_HTTP_BODY_TIMEOUT_S",
+            help="Seconds a client may take to send a request's body (else 408, closed). Default 60.",
+            show_default=False,
+        ),
+    ] = None,
+    max_header_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-header-bytes",
+            envvar="DORMANT_HTTP_MAX_HEADER_BYTES",
+            help="Bytes of a request's line and headers at most (else 431, closed). Default 32768.",
+            show_default=False,
+        ),
+    ] = None,
+    max_headers: Annotated[
+        int | None,
+        typer.Option(
+            "--max-headers",
+            envvar="DORMANT_HTTP_MAX_HEADERS",
+            help="Header lines of a request at most (else 431, closed). Default 100.",
+            show_default=False,
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            envvar="DORMANT_CORS_ORIGIN",
+            help="A browser origin (https://app.example.com, or *) whose pages may call the API; "
+            "repeatable (the variable: space-separated). Default: none, no CORS headers.",
+        ),
+    ] = None,
+    docs: Annotated[
+        bool,
+        typer.Option(
+            "--docs/--no-docs",
+            envvar="DORMANT_DOCS",
+            help="Serve /docs (Swagger UI) and /redoc; their scripts load from a CDN, so they need "
+            "a browser online. /openapi.json is served either way.",
+        ),
+    ] = False,
+    stream_token_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--stream-token-secret",
+            envvar="DORMANT_STREAM_TOKEN_SECRET",
+            help="Secret (32+ characters) that event-stream tokens are signed with; the same on every "
+            "serve behind one address (unset: random per process, a restart voids tokens). Prefer "
+            "the variable to the flag, which `ps` shows.",
+            show_default=False,
+        ),
+    ] = None,
+    stream_token_ttl: Annotated[
+        float,
+        typer.Option(
+            "--stream-token-ttl",
+            envvar="DORMANT_STREAM_TOKEN_TTL_S",
+            min=1,
+            max=3600,
+            help="Seconds an event-stream token (POST /v1/threads/{id}/events/token) stays valid.",
+        ),
+    ] = 300.0,
     concurrency: ConcurrencyOpt = None,
     app_spec: AppOpt = None,
     model: ModelOpt = SCRIPTED,
@@ -90,12 +166,29 @@ def serve_command(
     """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM.
 
     Callers authenticate with API keys of tenants kept in the store (``dormant tenants``).
+    The port is bound and the store opened first; a busy port or an unreachable store is
+    one error line and exit 2 or 1. A store that does not exist yet is created.
     """
     from ..server.app import ServerConfig
+    from ..server.cors import cors_origins
+    from ..server.main import listen, open_runtime, serve_http
     from ..server.main import run as run_server
-    from ..server.main import serve_http
+    from ..server.tokens import StreamTokens
 
-    settings = settings_for(store, concurrency=concurrency, tenant_slices=tenant_slices)
+    settings = settings_for(
+        store,
+        concurrency=concurrency,
+        tenant_slices=tenant_slices,
+        http_header_timeout_s=header_timeout,
+        http_body_timeout_s=body_timeout,
+        http_max_header_bytes=max_header_bytes,
+        http_max_headers=max_headers,
+    )
+    try:
+        origins = cors_origins(cors_origin or ())
+        StreamTokens.from_secret(stream_token_secret or None, stream_token_ttl)  # checked before serving
+    except UsageError as exc:
+        fail(exc)
     if workers > 1 and not open_store(settings.store).persistent:
         fail(
             UsageError(
@@ -123,15 +216,32 @@ def serve_command(
             tenant_admissions_per_s=tenant_rate,
             tenant_max_threads=tenant_threads,
             metrics_token=metrics_token or None,
+            header_timeout_s=settings.http_header_timeout_s,
+            body_timeout_s=settings.http_body_timeout_s,
+            max_header_bytes=settings.http_max_header_bytes,
+            max_headers=settings.http_max_headers,
+            cors_origins=origins,
+            docs=docs,
+            stream_token_secret=stream_token_secret or None,
+            stream_token_ttl_s=stream_token_ttl,
         )
         try:
+            sock = listen(host, port)  # a busy port: one line, before anything else happens
             rt = Runtime(settings.store, agents, settings=settings)
-            if bootstrap_tenant is not None:
-                await bootstrap(rt.store, bootstrap_tenant)
+            try:
+                await announce_if_new(rt.store)
+                await open_runtime(rt)  # an unreachable store: one line
+                if bootstrap_tenant is not None:
+                    await bootstrap(rt.store, bootstrap_tenant)
+            except BaseException:
+                sock.close()
+                await rt.close()
+                raise
             await serve_http(
                 rt,
                 host=host,
                 port=port,
+                sock=sock,
                 config=config,
                 worker_command=command,
                 workers=workers,
@@ -147,8 +257,8 @@ def serve_command(
 
 
 async def bootstrap(store: Store, name: str) -> None:
-    """Open ``store``, create tenant ``name`` unless it exists, print a new key of it (stdout)."""
-    await store.open()
+    """In the opened ``store``, create tenant ``name`` unless it exists; print a new key of it
+    (stdout)."""
     try:
         tenant = await store.tenant(name)
     except NotFound:

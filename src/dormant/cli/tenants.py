@@ -23,9 +23,9 @@ tenants_app.add_typer(keys_app, name="keys")
 
 
 @asynccontextmanager
-async def directory(store: str, *, create: bool = False) -> AsyncIterator[Store]:
-    """The opened store, which keeps the tenants and their keys."""
-    async with opened_store(settings_for(store), create=create) as opened:
+async def directory(store: str) -> AsyncIterator[Store]:
+    """The opened store (created if missing), which keeps the tenants and their keys."""
+    async with opened_store(settings_for(store)) as opened:
         yield opened
 
 

@@ -6,7 +6,9 @@ Modules: :mod:`.app` (the app and its lifespan), :mod:`.routes` (REST v1),
 exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`,
 :mod:`.state` (the knobs and state every route shares), :mod:`.limits` (body size
 before parsing), :mod:`.validation` (the one text check), :mod:`.problems` (errors as
-JSON). ``dormant tenants`` is :mod:`dormant.cli.tenants`.
+JSON), :mod:`.access` (access log, request ids, HTTP metrics), :mod:`.guard` (header
+caps and read timeouts of a connection), :mod:`.tokens` and :mod:`.stream_auth`
+(event-stream tokens), :mod:`.cors` (browser origins). ``dormant tenants`` is :mod:`dormant.cli.tenants`.
 
 May import: the runtime, ops (the exporter, workers), the store protocol, long-term
 memory's handle and the root's vocabulary; never the CLI.

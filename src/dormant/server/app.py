@@ -21,12 +21,15 @@ from fastapi.security import HTTPAuthorizationCredentials
 from ..ops.exporter import Exporter, render
 from ..runtime import Runtime
 from . import problems
+from .access import AccessLog, HttpMetrics
+from .cors import install_cors
 from .hub import Hub
 from .limits import BodyLimit
 from .quotas import TenantQuotas
 from .schemas import Health
 from .state import ServerConfig as ServerConfig
 from .state import ServerState, bearer, check_metrics_token, state_of
+from .tokens import StreamTokens
 from .validation import TextGuard
 
 log = logging.getLogger("dormant.server")
@@ -35,7 +38,16 @@ log = logging.getLogger("dormant.server")
 def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     """The HTTP app hosting ``runtime``: health, ``/metrics``, REST v1, event streams and
     the OpenAI-compatible endpoints."""
-    from . import memory_routes, openai_chat, openai_models, openai_responses, openai_stored, routes, streams
+    from . import (
+        memory_routes,
+        openai_chat,
+        openai_models,
+        openai_responses,
+        openai_stored,
+        routes,
+        stream_auth,
+        streams,
+    )
 
     config = config or ServerConfig()
     hub = Hub(
@@ -49,7 +61,16 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         burst=config.tenant_admission_burst,
         max_threads=config.tenant_max_threads,
     )
-    state = ServerState(runtime=runtime, config=config, hub=hub, quotas=quotas, exporter=Exporter(runtime))
+    exporter = Exporter(runtime)
+    state = ServerState(
+        runtime=runtime,
+        config=config,
+        hub=hub,
+        quotas=quotas,
+        exporter=exporter,
+        tokens=StreamTokens.from_secret(config.stream_token_secret, config.stream_token_ttl_s),
+        http=HttpMetrics(exporter.registry),
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -80,6 +101,8 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         version="1",
         summary="Durable agent threads over HTTP: native REST v1, resumable events, OpenAI-compatible.",
         lifespan=lifespan,
+        docs_url="/docs" if config.docs else None,
+        redoc_url="/redoc" if config.docs else None,
     )
     app.state.server = state
     problems.install(app)
@@ -124,6 +147,7 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
 
     app.include_router(routes.router)
     app.include_router(streams.router)
+    app.include_router(stream_auth.router)
     app.include_router(memory_routes.router)
     app.include_router(openai_chat.router)
     app.include_router(openai_responses.router)
@@ -132,4 +156,6 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024
     app.add_middleware(TextGuard)  # inside BodyLimit: it checks the body BodyLimit bounded
     app.add_middleware(BodyLimit, max_bytes=max_body)
+    install_cors(app, config.cors_origins)  # outside the body limit: a preflight has no body
+    app.add_middleware(AccessLog, metrics=state.http)  # outermost of the app's own
     return app

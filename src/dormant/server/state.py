@@ -20,9 +20,11 @@ from ..errors import Unauthenticated
 from ..ops.exporter import Exporter
 from ..runtime import Runtime
 from ..tenants.scope import Scope
+from .access import HttpMetrics, note_tenant
 from .hub import Hub
 from .inflight import Flights
 from .quotas import TenantQuotas
+from .tokens import StreamTokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +59,21 @@ class ServerConfig:
     replay_page: int = 32
     #: message content (bytes) read per replay page at most (one message always)
     replay_page_bytes: int = 256 * 1024
+    #: connection limits (see :mod:`.guard`; the ``http_*`` settings): seconds to send a
+    #: request's head, seconds to send its body, head bytes and header lines at most
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    #: browser origins allowed to call the API (CORS; empty: none, no CORS headers sent)
+    cors_origins: tuple[str, ...] = ()
+    #: serve ``/docs`` and ``/redoc`` (their scripts load from a CDN: a browser offline shows
+    #: a blank page); ``/openapi.json`` is served either way
+    docs: bool = False
+    #: the secret event-stream tokens are signed with (None: random per process) and their
+    #: lifetime (see :mod:`.tokens`)
+    stream_token_secret: str | None = field(default=None, repr=False)
+    stream_token_ttl_s: float = 300.0
 
 
 @dataclass
@@ -68,6 +85,8 @@ class ServerState:
     hub: Hub
     quotas: TenantQuotas
     exporter: Exporter
+    tokens: StreamTokens
+    http: HttpMetrics
     run_task: asyncio.Task[None] | None = None
     #: identical OpenAI-compatible requests in flight, sharing one wait (bounded)
     flights: Flights = field(default_factory=Flights)
@@ -96,6 +115,7 @@ async def tenant_scope(
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("missing bearer API key")
     tenant = await state_of(request).runtime.store.authenticate(credentials.credentials)
+    note_tenant(request, tenant.id)
     return Scope(tenant.id)
 
 

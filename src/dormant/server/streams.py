@@ -12,6 +12,9 @@ Events:
   slice interrupted by an input sent with ``strategy=rollback``);
 * ``error``: why the server ends the stream (a slow client, a deleted thread).
 
+``?token=`` (from ``POST /v1/threads/{id}/events/token``, see :mod:`.tokens`) may stand
+in for the bearer key, for a browser's ``EventSource``.
+
 ``Last-Event-ID`` (or ``?after=SEQ``) resumes after that seq: the history is read
 from the store in pages of ``replay_page`` messages and ``replay_page_bytes`` of content
 (one message at least), so replay needs nothing but the store and holds one bounded page
@@ -32,9 +35,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import DormantError, UsageError
 from .hub import Subscriber
-from .routes import ERRORS, TenantScope
+from .routes import ERRORS
 from .schemas import MessageOut
 from .state import ServerState, state_of
+from .stream_auth import StreamScope
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=ERRORS)
 
@@ -124,12 +128,15 @@ async def thread_events(
 )
 async def events(
     request: Request,
-    scope: TenantScope,
+    scope: StreamScope,
     thread_id: str,
     after: Annotated[int | None, Query(ge=0, le=10**18, description="resume after this seq")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
 ) -> EventSourceResponse:
-    """Stream the thread's events; resumable with ``Last-Event-ID``."""
+    """Stream the thread's events; resumable with ``Last-Event-ID`` or ``?after=SEQ``.
+
+    Authenticated by the bearer API key, or by ``?token=`` (``POST .../events/token``)
+    for a browser's ``EventSource``, which cannot send headers."""
     state = state_of(request)
     inner = scope.inner(thread_id)
     start = resume_after(last_event_id, after)

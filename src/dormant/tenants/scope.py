@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from ..errors import NotFound, StoreError, UsageError
+from ..errors import InvalidInput, NotFound, StoreError, UsageError
 from ..records import CommitPlan, Thread
 
 #: Client thread ids: 1-128 of ``A-Z a-z 0-9 . _ : @ -``.
@@ -49,9 +49,12 @@ class Scope:
         self.prefix = f"{tenant_id}/"
 
     def inner(self, thread_id: str) -> str:
-        """The stored id of the tenant's thread ``thread_id``; NotFound for a malformed id."""
+        """The stored id of the tenant's thread ``thread_id``; InvalidInput (422, as for a
+        malformed id in a request body) for an id outside the rule."""
         if not _THREAD_ID_RE.match(thread_id):
-            raise NotFound(f"no thread {thread_id!r}")
+            raise InvalidInput(
+                f"bad thread id {thread_id[:200]!r}: 1-128 characters of A-Z a-z 0-9 . _ : @ -"
+            )
         return self.prefix + thread_id
 
     def outer(self, stored_id: str) -> str:
