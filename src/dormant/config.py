@@ -192,6 +192,19 @@ class Settings(BaseModel):
         le=1,
         description="lowest soft limit (share of the hard)",
     )
+    # binding keys (see dormant.memory.binding and docs/memory.md)
+    binding_secret: str | None = Field(
+        None,
+        min_length=32,
+        repr=False,
+        description="secret binding keys are keyed with (HMAC-SHA256, >= 32 chars; unset: the store's own)",
+    )
+    binding_secret_previous: str | None = Field(
+        None,
+        min_length=32,
+        repr=False,
+        description="the binding secret being rotated out: its keys move to the new ones when next bound",
+    )
 
     # state checkpoints (see dormant.journal.rules): whichever comes first
     checkpoint_incremental_runs: int = Field(3, ge=1, description="incremental checkpoint every N runs")

@@ -33,7 +33,7 @@ from .governor.gctune import gc_tuned
 from .governor.loop import Governor, build_governor
 from .journal.rules import CheckpointPolicy
 from .memory import registers
-from .memory.core import MemoryCore
+from .memory.core import MemoryConfig, MemoryCore
 from .memory.embedder import Embedder, MiniLMEmbedder
 from .memory.facade import Memory
 from .metrics import RuntimeStats
@@ -212,7 +212,11 @@ class Runtime:
             if not self._opened:
                 raise UsageError("open the runtime before using its memory")
             embedder = self.memory_embedder if self.memory_embedder is not None else MiniLMEmbedder()
-            self._memory = Memory(MemoryCore(self.store.memory_rows(), embedder), store=self.store)
+            config = MemoryConfig(
+                binding_secret=self.settings.binding_secret,
+                previous_binding_secret=self.settings.binding_secret_previous,
+            )
+            self._memory = Memory(MemoryCore(self.store.memory_rows(), embedder, config), store=self.store)
         return self._memory
 
     async def __aenter__(self) -> Runtime:

@@ -16,9 +16,9 @@ from dormant.records import StateChange
 from dormant.store.base import Store
 from dormant.store.rows import MAX_ROW_STATE_BYTES, state_row
 from tests.contract.support import plan, take, user
-from tests.helpers import FakeClock
+from tests.helpers import KEY_SECRET, FakeClock
 
-ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
+ALICE = bind({"phone": "+15550100", "device": "alice-phone"}, secret=KEY_SECRET, tenant="")
 
 
 def put(key: str, value: object) -> StateChange:
@@ -109,7 +109,7 @@ async def test_a_state_over_the_row_bound_is_not_carried(store: Store) -> None:
 
 async def test_a_subjects_other_active_threads_are_found_by_the_row(store: Store, clock: FakeClock) -> None:
     subject = msgspec.json.encode(ALICE).decode()
-    bob = bind({"phone": "+15550100", "device": "bob-tablet"})
+    bob = bind({"phone": "+15550100", "device": "bob-tablet"}, secret=KEY_SECRET, tenant="")
     for n in range(4):
         clock.advance(1)
         await store.create_thread(f"t{n}", "a", state={SUBJECT_KEY: subject})
