@@ -22,7 +22,7 @@ def gc(
         typer.Option(
             "--policy",
             envvar="DORMANT_RETENTION",
-            help="Retention policy: keep (nothing deleted or cut) or long-run (every tier) [default: keep].",
+            help="Retention policy: keep (nothing deleted or cut) or long-run (every tier); default keep.",
         ),
     ] = None,
     keep_tool_calls: Annotated[
@@ -48,13 +48,15 @@ def gc(
 ) -> None:
     """Apply the retention policy and write due checkpoints.
 
-    By default (policy keep) no message is deleted and no tool result cut: only dedup
-    keys past their horizon (7 days) are forgotten. With --policy long-run, every tier:
-    old tool results cut to an excerpt, old runs of history that a summary covers deleted
-    (the thread's history then says so), old state folded, superseded summaries that
-    nothing reads deleted. The counts follow the DORMANT_RETENTION_... variables, the
-    horizon DORMANT_DEDUP_HORIZON_S, the checkpoints DORMANT_CHECKPOINT_... (see
-    docs/retention.md).
+    By default (policy keep) no message is deleted and no tool result is cut:
+    only dedup keys past their horizon (7 days) are forgotten.
+
+    With --policy long-run, every tier: old tool results cut to an excerpt,
+    old runs of history that a summary covers deleted (the thread's history
+    then says so), old state folded, superseded summaries nothing reads
+    deleted. Counts: the DORMANT_RETENTION_... variables; horizon:
+    DORMANT_DEDUP_HORIZON_S; checkpoints: DORMANT_CHECKPOINT_...
+    (docs/retention.md).
     """
     settings = settings_for(
         store,
