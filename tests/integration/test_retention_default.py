@@ -121,7 +121,7 @@ async def prune_long_run(rt: Runtime) -> None:
 
 
 def test_show_and_export_say_what_was_pruned(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/pruned.db"
+    url = f"sqlite:///{tmp_path}/history.db"
     env = {"DORMANT_STORE": url}
 
     async def build() -> tuple[RetentionMark, int]:
