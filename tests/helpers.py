@@ -125,3 +125,7 @@ async def open_calls(
             awaiting=load.thread.awaiting + len(calls),
         )
     )
+
+
+#: A binding secret for tests that make binding keys without a store (``memory.binding.bind``).
+KEY_SECRET = b"test-binding-secret-0123456789abcdef"

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from .config import RETENTION_POLICIES
 from .errors import UsageError
 from .models.base import Model
 from .subject import SubjectOptions
 from .tools.spec import ToolBox, ToolSpec
 from .view.pages import PagePolicy
+
+if TYPE_CHECKING:  # retention sits above agents: the runtime resolves the policy
+    from .retention.policy import RetentionPolicy
 
 #: Most continuations of a cut reply an agent may ask for (each is a whole model call).
 MAX_CONTINUATIONS = 8
@@ -38,6 +43,11 @@ class Agent:
     from the runtime's settings). ``subject`` (:class:`~dormant.subject.SubjectOptions`)
     makes the agent remember: recall before each model call, state registers, memory
     tools, facts from compaction. None (the default): no memory, no cost.
+    ``retention`` is what the background retention pass and ``dormant gc`` do to this
+    agent's threads: ``"long-run"`` (every tier of docs/retention.md: old tool results
+    cut, old history that a summary covers deleted, state folded), ``"keep"`` (nothing
+    deleted or cut), or a :class:`~dormant.retention.RetentionPolicy`; None (the
+    default): the runtime's policy (``DORMANT_RETENTION``, itself ``keep`` by default).
     """
 
     name: str
@@ -51,6 +61,7 @@ class Agent:
     max_continuations: int = 0
     pages: PagePolicy | None = None
     subject: SubjectOptions | None = None
+    retention: RetentionPolicy | str | None = None
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +72,10 @@ class Agent:
         if not 0 <= self.max_continuations <= MAX_CONTINUATIONS:
             raise UsageError(
                 f"max_continuations must be between 0 and {MAX_CONTINUATIONS}, not {self.max_continuations}"
+            )
+        if isinstance(self.retention, str) and self.retention not in RETENTION_POLICIES:
+            raise UsageError(
+                f"unknown retention policy {self.retention!r}: use one of {', '.join(RETENTION_POLICIES)}"
             )
         from .tools.builtins import BUILTIN_TOOLS
 

@@ -8,7 +8,7 @@ in upper case (``concurrency`` ← ``DORMANT_CONCURRENCY``); the CLI shows them 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Final, Literal
 
 from pydantic import (
     AliasChoices,
@@ -23,6 +23,12 @@ from pydantic import (
 from .errors import UsageError
 
 DEFAULT_STORE = "sqlite:///dormant.db"
+
+
+#: The retention policies known by name (``DORMANT_RETENTION``, ``Agent(retention=...)``;
+#: see :mod:`dormant.retention.policy`): ``keep`` deletes and cuts nothing, ``long-run``
+#: applies every tier of docs/retention.md.
+RETENTION_POLICIES: Final = ("keep", "long-run")
 
 
 class Settings(BaseModel):
@@ -192,6 +198,19 @@ class Settings(BaseModel):
         le=1,
         description="lowest soft limit (share of the hard)",
     )
+    # binding keys (see dormant.memory.binding and docs/memory.md)
+    binding_secret: str | None = Field(
+        None,
+        min_length=32,
+        repr=False,
+        description="secret binding keys are keyed with (HMAC-SHA256, >= 32 chars; unset: the store's own)",
+    )
+    binding_secret_previous: str | None = Field(
+        None,
+        min_length=32,
+        repr=False,
+        description="the binding secret being rotated out: its keys move to the new ones when next bound",
+    )
 
     # state checkpoints (see dormant.journal.rules): whichever comes first
     checkpoint_incremental_runs: int = Field(3, ge=1, description="incremental checkpoint every N runs")
@@ -201,7 +220,13 @@ class Settings(BaseModel):
     checkpoint_full_increment_bytes: int = Field(
         50 * 1024 * 1024, ge=1, description="... or once the increments since the last full pass this"
     )
-    # retention (see dormant.retention.policy)
+    # retention (see dormant.retention.policy): `keep` deletes and cuts nothing; the counts
+    # below tune the tiers of a policy that has them (`long-run`, or an agent's own)
+    retention: Literal["keep", "long-run"] = Field(
+        "keep",
+        description="retention policy of agents without their own: keep (nothing deleted or cut) "
+        "or long-run (the tiers of docs/retention.md)",
+    )
     retention_tool_calls: int = Field(200, ge=1, description="newest tool results per thread kept whole")
     retention_head_chars: int = Field(512, ge=0, description="characters an older tool result keeps")
     retention_full_runs: int = Field(5, ge=1, description="newest runs keeping every state change")

@@ -459,6 +459,17 @@ class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
     waiting_by_reason: dict[str, int] = {}
 
 
+class RetentionMark(msgspec.Struct, frozen=True, kw_only=True):
+    """What retention policies deleted of one thread's history: ``pruned`` messages in
+    all, every message up to seq ``up_to_seq``, the last time (``pruned_at``) under
+    ``policy`` (its name). Shown wherever the history is read."""
+
+    pruned: int
+    up_to_seq: int
+    policy: str
+    pruned_at: float
+
+
 class TierSizes(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes each retention tier takes in the store (see :mod:`dormant.retention.policy`)."""
 

@@ -33,7 +33,7 @@ from .governor.gctune import gc_tuned
 from .governor.loop import Governor, build_governor
 from .journal.rules import CheckpointPolicy
 from .memory import registers
-from .memory.core import MemoryCore
+from .memory.core import MemoryConfig, MemoryCore
 from .memory.embedder import Embedder, MiniLMEmbedder
 from .memory.facade import Memory
 from .metrics import RuntimeStats
@@ -97,8 +97,17 @@ class Runtime:
         #: when :meth:`checkpoint` and the retention pass write state checkpoints
         #: (``checkpoint_*`` settings; replace to configure)
         self.checkpoints = CheckpointPolicy.from_settings(self.settings)
-        #: what retention keeps (``retention_*`` settings; replace to configure)
+        #: what retention keeps of the threads of agents without a ``retention`` of their
+        #: own (``retention`` and ``retention_*`` settings: by default nothing is deleted
+        #: or cut; replace to configure)
         self.retention = RetentionPolicy.from_settings(self.settings)
+        self._agent_retention: dict[str, RetentionPolicy] = {}
+        for agent in self.agents.values():
+            if isinstance(agent.retention, str):
+                named = RetentionPolicy.from_settings(self.settings, agent.retention)
+                self._agent_retention[agent.name] = named
+            elif agent.retention is not None:  # a policy (Agent cannot check it: below retention)
+                self._agent_retention[agent.name] = RetentionPolicy.of(agent.retention)
         #: the background retention pass while :meth:`run` runs (see :mod:`dormant.retention.loop`)
         self.retainer: RetentionLoop | None = None
         self.tool_threads = ToolThreads(self.settings.tool_threads)
@@ -212,7 +221,11 @@ class Runtime:
             if not self._opened:
                 raise UsageError("open the runtime before using its memory")
             embedder = self.memory_embedder if self.memory_embedder is not None else MiniLMEmbedder()
-            self._memory = Memory(MemoryCore(self.store.memory_rows(), embedder), store=self.store)
+            config = MemoryConfig(
+                binding_secret=self.settings.binding_secret,
+                previous_binding_secret=self.settings.binding_secret_previous,
+            )
+            self._memory = Memory(MemoryCore(self.store.memory_rows(), embedder, config), store=self.store)
         return self._memory
 
     async def __aenter__(self) -> Runtime:
@@ -253,13 +266,7 @@ class Runtime:
         ]
         if self.governor is not None:
             loops.append(asyncio.create_task(self.governor.run(self._stop), name="dormant-governor"))
-        self.retainer = RetentionLoop(
-            self.store,
-            self.retention,
-            self.checkpoints,
-            interval_s=self.settings.retention_interval_s,
-            clock=self.clock,
-        )
+        self.retainer = self.retention_loop()
         loops.append(asyncio.create_task(self.retainer.run(self._stop), name="dormant-retention"))
         try:
             with gc_tuned():
@@ -398,6 +405,24 @@ class Runtime:
         if new != regs.subject:
             await memory.rebind(regs.subject, new, actor=f"thread:{thread_id}")
         return new
+
+    def retention_loop(self) -> RetentionLoop:
+        """The background retention pass :meth:`run` supervises (:attr:`retention`, each
+        agent's own ``retention``, :attr:`checkpoints`, the interval setting, :attr:`clock`)."""
+        return RetentionLoop(
+            self.store,
+            self.retention,
+            self.checkpoints,
+            interval_s=self.settings.retention_interval_s,
+            clock=lambda: self.clock(),
+            policy_for=self.retention_for,
+        )
+
+    def retention_for(self, thread: Thread) -> RetentionPolicy:
+        """The retention policy of ``thread``: its agent's ``retention`` when the agent is
+        hosted here and has one (a name takes the ``retention_*`` counts of the
+        settings), else :attr:`retention`."""
+        return self._agent_retention.get(thread.agent, self.retention)
 
     async def memory_for(self, thread_id: str) -> Memory:
         """:attr:`memory` as the tenant of ``thread_id`` sees it (its subjects live there)."""

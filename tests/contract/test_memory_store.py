@@ -33,15 +33,16 @@ from dormant.store.base import Store
 from dormant.store.postgres import PostgresStore
 from dormant.store.sqlite import SQLiteStore
 from tests.contract.conftest import Backend
-from tests.helpers import FakeClock
+from tests.helpers import KEY_SECRET, FakeClock
 
 R = TypeVar("R")
 
 T = DEFAULT_TENANT
 T2 = "t00000000a002"  # another tenant (the core checks the shape; Memory looks it up)
-ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
-BOB = bind({"phone": "+15550100", "device": "bob-tablet"})  # same phone, other device
-NEW_DEVICE = bind({"phone": "+15550100", "device": "alice-new-phone"})
+ALICE = bind({"phone": "+15550100", "device": "alice-phone"}, secret=KEY_SECRET, tenant="")
+# same phone, other device
+BOB = bind({"phone": "+15550100", "device": "bob-tablet"}, secret=KEY_SECRET, tenant="")
+NEW_DEVICE = bind({"phone": "+15550100", "device": "alice-new-phone"}, secret=KEY_SECRET, tenant="")
 
 
 class LoopThread:
@@ -432,3 +433,46 @@ def test_postgres_memory_is_the_stores_own_tables_and_pool(request: pytest.Fixtu
             "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
             "AND table_name = 'memory_records' AND column_name = 'embedding'"
         ).fetchall() == [("embedding",)]
+
+
+def test_keys_are_keyed_by_the_stores_secret_and_the_tenant(opened: tuple[LoopThread, Store]) -> None:
+    core = MemoryCore(opened[1].memory_rows(), None)
+    phone = {"phone": "+1 555 0100"}
+    key = core.bind(T, phone)
+    assert key.startswith("b2_") and key == core.bind(T, phone) == core.key(T, phone)
+    assert core.bind(T2, phone) != key, "the same phone in another tenant: another key"
+    # the store's own secret (made with the store) is kept: another core over it agrees
+    assert MemoryCore(opened[1].memory_rows(), None).bind(T, phone) == key
+    other = MemoryCore(opened[1].memory_rows(), None, MemoryConfig(binding_secret="x" * 32))
+    assert other.bind(T, phone) != key
+    with pytest.raises(InvalidInput, match="at least 32"):
+        MemoryCore(opened[1].memory_rows(), None, MemoryConfig(binding_secret="short")).bind(T, phone)
+
+
+def test_rotating_the_secret_moves_each_key_when_its_identity_is_bound(
+    opened: tuple[LoopThread, Store],
+) -> None:
+    rows = opened[1].memory_rows()
+    alice = {"phone": "+1 555 0100", "device": "a"}
+    before = MemoryCore(rows, None, MemoryConfig(binding_secret="1" * 32))
+    old = before.bind(T, alice)
+    bob = before.bind(T, {"phone": "+1 555 0100", "device": "b"})
+    add(before, old, "prefers email", now=1000.0)
+    add(before, old, "ships to 1 Main Street", tags={"key": "address"}, now=1001.0)
+    add(before, old, "ships to 2 Oak Avenue", tags={"key": "address"}, now=1002.0)
+    before.rebind(T, old, bob, mode="link")
+    after = MemoryCore(rows, None, MemoryConfig(binding_secret="2" * 32, previous_binding_secret="1" * 32))
+    new = after.bind(T, alice)
+    assert new != old
+    kept = after.list(T, [new], spec=FilterSpec(history=True), limit=10).items
+    assert sorted(r.text for r in kept) == [
+        "prefers email",
+        "ships to 1 Main Street",
+        "ships to 2 Oak Avenue",
+    ]
+    ops = [c.op for c in after.history(T, [new], limit=50).items]
+    assert ops.count("add") == 3 and "supersede" in ops and "rebind" in ops
+    assert bob in after.scope(T, [new]), "its links follow"
+    assert after.keys_for(T, "device", "a").items == (new,)
+    assert after.bind(T, alice) == new
+    assert len(after.list(T, [new], spec=FilterSpec(history=True), limit=10).items) == 3

@@ -63,7 +63,7 @@ async def test_a_gc_round_visits_a_page_of_threads_and_writes_due_checkpoints(
 ) -> None:
     for thread in ("a", "b", "c"):
         await tool_turns(store, thread, 3, 1000)
-    policy = RetentionPolicy(full_tool_calls=1, head_chars=10, threads_per_round=2)
+    policy = RetentionPolicy.long_run(full_tool_calls=1, head_chars=10, threads_per_round=2)
     first = await gc_round(store, policy, CheckpointPolicy(), clock.now)
     assert (first.threads, first.shrunk, first.cursor) == (2, 4, "b")
     second = await gc_round(store, policy, CheckpointPolicy(), clock.now, first.cursor)

@@ -24,8 +24,9 @@ from dormant.memory.backend import MemoryWrites
 from dormant.records import CommitPlan
 from dormant.store.base import Store
 from tests.contract.support import plan, take, user
+from tests.helpers import KEY_SECRET
 
-ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
+ALICE = bind({"phone": "+15550100", "device": "alice-phone"}, secret=KEY_SECRET, tenant="")
 T = DEFAULT_TENANT
 
 

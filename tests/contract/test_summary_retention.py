@@ -90,7 +90,7 @@ async def test_a_summary_a_child_inherits_stays(store: Store) -> None:
 
 async def test_a_gc_round_prunes_summaries_and_counts_them(store: Store, clock: FakeClock) -> None:
     await summarized(store, "t", 6)
-    policy = RetentionPolicy(full_tool_calls=1, full_runs=1, metric_runs=0, keep_summaries=2)
+    policy = RetentionPolicy.long_run(full_tool_calls=1, full_runs=1, metric_runs=0, keep_summaries=2)
     done = await gc_round(store, policy, None, clock.now)
     assert done.deleted >= 10, "the covered runs of history went"
     assert done.summaries == 3, "then the summaries superseded before the oldest message left"

@@ -6,19 +6,21 @@ row. Unknown (None) means: replay the journal; the row is never a wrong state.""
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
 from dormant.errors import LeaseLost, UsageError
-from dormant.memory import bind
+from dormant.memory import MemoryConfig, MemoryCore, bind
 from dormant.memory.registers import SUBJECT_KEY
 from dormant.records import StateChange
 from dormant.store.base import Store
 from dormant.store.rows import MAX_ROW_STATE_BYTES, state_row
 from tests.contract.support import plan, take, user
-from tests.helpers import FakeClock
+from tests.helpers import KEY_SECRET, FakeClock
 
-ALICE = bind({"phone": "+15550100", "device": "alice-phone"})
+ALICE = bind({"phone": "+15550100", "device": "alice-phone"}, secret=KEY_SECRET, tenant="")
 
 
 def put(key: str, value: object) -> StateChange:
@@ -109,7 +111,7 @@ async def test_a_state_over_the_row_bound_is_not_carried(store: Store) -> None:
 
 async def test_a_subjects_other_active_threads_are_found_by_the_row(store: Store, clock: FakeClock) -> None:
     subject = msgspec.json.encode(ALICE).decode()
-    bob = bind({"phone": "+15550100", "device": "bob-tablet"})
+    bob = bind({"phone": "+15550100", "device": "bob-tablet"}, secret=KEY_SECRET, tenant="")
     for n in range(4):
         clock.advance(1)
         await store.create_thread(f"t{n}", "a", state={SUBJECT_KEY: subject})
@@ -129,3 +131,27 @@ async def test_a_subjects_other_active_threads_are_found_by_the_row(store: Store
     assert await store.subject_threads("t00000000a002/x", ALICE) == []
     with pytest.raises(UsageError):
         await store.subject_threads("t0", ALICE, limit=0)
+
+
+async def test_a_rekeyed_subject_is_journaled_on_its_threads(store: Store) -> None:
+    """Moving a key to its new one (rotation here; a b1_ key of an older store alike)
+    makes the new key each of its threads' subject: a journaled `_subject` change, the
+    row's state and subject."""
+    parts = {"phone": "+15550100", "device": "alice-phone"}
+    before = MemoryCore(store.memory_rows(), None, MemoryConfig(binding_secret="1" * 32))
+    old = await asyncio.to_thread(before.bind, "", parts)
+    journaled = msgspec.json.encode(old).decode()
+    await store.create_thread("t0", "a", state={SUBJECT_KEY: journaled, "a": "1"})
+    await store.create_thread("t1", "a", state={SUBJECT_KEY: journaled})
+    assert await store.subject_threads("t0", old) == ["t1"]
+    after = MemoryCore(
+        store.memory_rows(), None, MemoryConfig(binding_secret="2" * 32, previous_binding_secret="1" * 32)
+    )
+    new = await asyncio.to_thread(after.bind, "", parts)
+    assert new != old
+    assert await store.subject_threads("t0", new) == ["t1"]
+    assert await store.subject_threads("t0", old) == []
+    want = msgspec.json.encode(new).decode()
+    assert (await store.journal.recover("t0")).state == {SUBJECT_KEY: want, "a": "1"}
+    assert await loaded_state(store, "t0", "k1") == {SUBJECT_KEY: want, "a": "1"}, "the row too"
+    assert await loaded_state(store, "t1", "k1") == {SUBJECT_KEY: want}

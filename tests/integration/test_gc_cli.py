@@ -35,16 +35,26 @@ async def results(url: str) -> list[str]:
         await store.close()
 
 
-def test_dormant_gc_cuts_old_tool_results(tmp_path: Path) -> None:
+def test_dormant_gc_keeps_every_tool_result_whole_by_default(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/gc.db"
     asyncio.run(prepare(url))
     done = CliRunner().invoke(app, ["gc", "--store", url, "--keep-tool-calls", "1", "--head-chars", "20"])
     assert done.exit_code == 0, done.output
+    assert "gc (keep):" in done.output and "0 tool result(s) cut" in done.output
+    assert not any(c.endswith(NOTE) for c in asyncio.run(results(url)))
+
+
+def test_dormant_gc_cuts_old_tool_results_under_the_long_run_policy(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/gc.db"
+    asyncio.run(prepare(url))
+    args = ["gc", "--store", url, "--policy", "long-run", "--keep-tool-calls", "1", "--head-chars", "20"]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
     assert "3 tool result(s) cut" in done.output
     contents = asyncio.run(results(url))
     assert [c.endswith(NOTE) for c in contents] == [True, True, True, False]
-    again = CliRunner().invoke(app, ["gc", "--store", url])
-    assert "0 tool result(s) cut" in again.output
+    again = CliRunner().invoke(app, ["gc", "--store", url], env={"DORMANT_RETENTION": "long-run"})
+    assert "gc (long-run):" in again.output and "0 tool result(s) cut" in again.output
 
 
 async def summarized_store(url: str) -> None:
@@ -59,7 +69,11 @@ async def summarized_store(url: str) -> None:
 def test_dormant_gc_deletes_superseded_summaries_and_says_how_many(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/gc.db"
     asyncio.run(summarized_store(url))
-    env = {"DORMANT_RETENTION_FULL_RUNS": "1", "DORMANT_RETENTION_METRIC_RUNS": "0"}
+    env = {
+        "DORMANT_RETENTION": "long-run",
+        "DORMANT_RETENTION_FULL_RUNS": "1",
+        "DORMANT_RETENTION_METRIC_RUNS": "0",
+    }
     done = CliRunner().invoke(app, ["gc", "--store", url], env=env)
     assert done.exit_code == 0, done.output
     # one run of history kept: the runs up to seq 10 go, and the summaries made before

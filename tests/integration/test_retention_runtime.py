@@ -49,7 +49,7 @@ async def test_the_background_pass_cuts_old_results_while_running(store_url: str
     async with Runtime(store_url, [agent()], settings=settings) as rt:
         await orders(rt, "t", ["A", "B", "C"])  # passes run, but keep 200 results whole
         assert all(not m.content.endswith(NOTE) for m in await all_messages(rt.store, "t"))
-        rt.retention = RetentionPolicy(full_tool_calls=1, head_chars=20)
+        rt.retention = RetentionPolicy.long_run(full_tool_calls=1, head_chars=20)
         runner = asyncio.create_task(rt.run())
         try:
 

@@ -91,6 +91,7 @@ async def test_a_new_schema_has_every_declared_object(pg_url: str) -> None:
         "memory_meta",
         "state_journal",
         "state_parts",
+        "retention_marks",
     }
     functions = {name.split("(")[0] for kind, name in got if kind == "function"}
     assert {"dormant_admit", "dormant_commit_slice", "dormant_claim_outbox"} <= functions

@@ -28,7 +28,7 @@ def hashing(s: Served) -> Served:
 async def test_add_recall_history_bind_and_rebind() -> None:
     async with serve(agents()) as s, hashing(s).client() as a:
         key = (await a.post("/v1/memory/bind", json={"identity": PHONE})).json()["key"]
-        assert key.startswith("b1_")
+        assert key.startswith("b2_")
         assert (await a.post("/v1/memory/bind", json={"identity": PHONE})).json()["key"] == key
         r = await a.post(
             "/v1/memory",

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from ..memory.binding import bind
 from ..memory.records import MemoryKind, TagValue
 
+#: the binding secret of the suite's keys (any will do: the keys only have to be distinct)
+BENCH_SECRET = b"recall-suite-binding-secret-000000"
+
 DAY = 86_400.0
 T0 = 1_780_000_000.0  # the start of the simulated history (mid-2026)
 SPAN_DAYS = 180
@@ -320,7 +323,7 @@ def build_suite(*, subjects: int = 10_000, rich: int = 600, seed: int = 7) -> Su
         if i < rich and i % 10 == 1:  # shares the phone of the previous rich subject
             phone = phones[i - 1]
             suite.shared_phone_pairs += 1
-        key = bind({"phone": phone, "device": f"device-{i}"})
+        key = bind({"phone": phone, "device": f"device-{i}"}, secret=BENCH_SECRET, tenant="")
         suite.subjects.append(key)
         if i < rich:
             _rich(suite, rng, key, order_ids)

@@ -139,7 +139,9 @@ async def run_mode(
             stale.unlink()
     clock = SimClock()
     store = SQLiteStore(f"sqlite:///{path}", max_input_bytes=max(1, output_kb + 1) * 1024, clock=clock)
-    policy = RetentionPolicy(full_tool_calls=keep, dedup_horizon_s=horizon_s, per_round=max(500, 4 * every))
+    policy = RetentionPolicy.long_run(
+        full_tool_calls=keep, dedup_horizon_s=horizon_s, per_round=max(500, 4 * every)
+    )
     body = ("0123456789abcdef" * 64 * output_kb)[: output_kb * 1024]
     samples: list[Sample] = []
     start = time.perf_counter()

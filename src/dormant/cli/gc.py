@@ -17,6 +17,14 @@ from .base import StoreOpt, fail, opened_store, out, run_async, settings_for
 
 def gc(
     store: StoreOpt = DEFAULT_STORE,
+    policy_name: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            envvar="DORMANT_RETENTION",
+            help="Retention policy: keep (nothing deleted or cut) or long-run (every tier); default keep.",
+        ),
+    ] = None,
     keep_tool_calls: Annotated[
         int | None,
         typer.Option(
@@ -38,14 +46,24 @@ def gc(
         ),
     ] = None,
 ) -> None:
-    """Apply the retention tiers (old tool results cut to an excerpt, old runs of history
-    and state folded, dedup keys past the horizon forgotten, superseded summaries that
-    nothing reads deleted) and write due checkpoints.
+    """Apply the retention policy and write due checkpoints.
 
-    The other tiers follow the DORMANT_RETENTION_*, DORMANT_DEDUP_HORIZON_S and
-    DORMANT_CHECKPOINT_* variables.
+    By default (policy keep) no message is deleted and no tool result is cut:
+    only dedup keys past their horizon (7 days) are forgotten.
+
+    With --policy long-run, every tier: old tool results cut to an excerpt,
+    old runs of history that a summary covers deleted (the thread's history
+    then says so), old state folded, superseded summaries nothing reads
+    deleted. Counts: the DORMANT_RETENTION_... variables; horizon:
+    DORMANT_DEDUP_HORIZON_S; checkpoints: DORMANT_CHECKPOINT_...
+    (docs/retention.md).
     """
-    settings = settings_for(store, retention_tool_calls=keep_tool_calls, retention_head_chars=head_chars)
+    settings = settings_for(
+        store,
+        retention=policy_name,
+        retention_tool_calls=keep_tool_calls,
+        retention_head_chars=head_chars,
+    )
     policy = RetentionPolicy.from_settings(settings)
     checkpoints = CheckpointPolicy.from_settings(settings)
 
@@ -70,7 +88,8 @@ def gc(
                 if changed == 0:
                     break
         out.print(
-            f"gc: {threads} thread visit(s), {shrunk} tool result(s) cut, {deleted} row(s) deleted, "
+            f"gc ({policy.name}): {threads} thread visit(s), {shrunk} tool result(s) cut, "
+            f"{deleted} row(s) deleted, "
             f"{summaries} superseded summary(ies) deleted, {written} checkpoint(s) written"
         )
 

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from ..config import DEFAULT_STORE
 from ..errors import DormantError, UsageError
-from ..records import Message, Thread
+from ..records import Message, RetentionMark, Thread
 from ..store import Store
 from ..urls import redact
 from .base import (
@@ -65,6 +65,8 @@ class HistoryWindow:
     items: tuple[Message, ...]
     older_before: int | None
     newer_after: int | None
+    #: what a retention policy deleted of the thread's history (None: nothing)
+    pruned: RetentionMark | None = None
 
 
 async def read_window(
@@ -96,7 +98,8 @@ async def read_window(
         if before is not None:
             last = items[-1].seq if items else before - 1
             newer = last if await _any_after(store, thread_id, last) else None
-    return HistoryWindow(thread=thread, items=items, older_before=older, newer_after=newer)
+    pruned = await store.retention_mark(thread_id)
+    return HistoryWindow(thread=thread, items=items, older_before=older, newer_after=newer, pruned=pruned)
 
 
 async def _any_before(store: Store, thread_id: str, seq: int) -> bool:
@@ -153,7 +156,9 @@ def show(
             return await read_window(st, thread, limit=limit, before=before, after=after)
 
     window = run_async(go())
-    out.print(thread_line(window.thread))
+    out.print(thread_line(window.thread, window.pruned))
+    if window.pruned is not None:
+        out.print(pruned_line(window.pruned), markup=False)
     for message in window.items:
         out.print(message_text(message, max_chars=0 if full else max_chars), end="")
     if not window.items:
@@ -175,13 +180,18 @@ def show(
         out.print(f"newer: {command}", markup=False)
 
 
-def thread_line(row: Thread) -> Text:
-    """A one-line summary of a thread row."""
+def thread_line(row: Thread, pruned: RetentionMark | None = None) -> Text:
+    """A one-line summary of a thread row; its message count leaves out the messages a
+    retention policy deleted (``pruned``)."""
     text = Text()
     text.append(f"thread {row.id}", style="bold")
     text.append(f"  agent {row.agent}  ")
     text.append(row.status, style="red" if row.status == "failed" else "green")
-    text.append(f"  {row.last_seq} messages  {row.awaiting} awaiting")
+    stored = row.last_seq - (pruned.pruned if pruned is not None else 0)
+    text.append(f"  {max(0, stored)} messages")
+    if pruned is not None:
+        text.append(f" ({pruned.pruned} pruned)", style="yellow")
+    text.append(f"  {row.awaiting} awaiting")
     if row.parent_id:
         text.append(f"  parent {row.parent_id}@{row.parent_seq}")
     usage = row.usage
@@ -192,6 +202,14 @@ def thread_line(row: Thread) -> Text:
     if row.error:
         text.append(f"  last error: {row.error}", style="red")
     return text
+
+
+def pruned_line(mark: RetentionMark) -> str:
+    """What a retention policy deleted of a thread's history, in words."""
+    return (
+        f"pruned: {mark.pruned} message(s), every one up to #{mark.up_to_seq}, deleted by retention "
+        f"policy {mark.policy} (last {when(mark.pruned_at)}); the thread's summary stands for them"
+    )
 
 
 def message_text(message: Message, *, max_chars: int, show_time: bool = True) -> Text:
@@ -331,15 +349,21 @@ def export(
 ) -> None:
     """Write a thread's whole history as JSONL, one message per line, oldest first.
 
+    Messages a retention policy deleted are not in it: a note on stderr says how many,
+    up to which seq and under which policy.
+
     Streams page by page: memory stays the same whatever the size of the thread.
     Each line is the message's fields plus "thread_id".
     """
     to_stdout = out_path is None or str(out_path) == "-"
     progress = ExportProgress(last_seq=after)
+    pruned: RetentionMark | None = None
 
     async def go() -> None:
+        nonlocal pruned
         async with opened_store(settings_for(store)) as st:
             await st.get_thread(thread)  # an unknown thread leaves no file behind
+            pruned = await st.retention_mark(thread)
             if to_stdout:
                 try:
                     await export_history(st, thread, sys.stdout.buffer.write, after=after, progress=progress)
@@ -366,6 +390,8 @@ def export(
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise typer.Exit(1) from None
+    if pruned is not None and after < pruned.up_to_seq:
+        err.print(f"note: not in this export: {pruned_line(pruned)}", markup=False)
     if not quiet:
         where = "stdout" if to_stdout else str(out_path)
         summary = f"exported {progress.messages:,} messages ({progress.bytes:,} bytes) of thread {thread}"

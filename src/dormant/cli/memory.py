@@ -22,7 +22,6 @@ import typer
 
 from ..config import DEFAULT_STORE, Settings
 from ..errors import DormantError, InvalidInput, UsageError
-from ..memory.binding import bind
 from ..memory.blocking import blocking
 from ..memory.chunking import DEFAULT_CHUNK_CHARS, chunk_text
 from ..memory.core import MemoryCore
@@ -322,14 +321,9 @@ def bind_cmd(
 ) -> None:
     """Print the binding key of an identity."""
     identity = _pairs(parts, "identity part")
-    if not register:
-        try:
-            out.print(bind(identity), markup=False)
-        except DormantError as exc:
-            fail(exc)
-        return
     with opened(store, EmbedderName.none, tenant) as (core, tenant):
-        out.print(core.bind(tenant, identity), markup=False)
+        key = core.bind(tenant, identity) if register else core.key(tenant, identity)
+        out.print(key, markup=False)
 
 
 @memory_app.command()
@@ -358,9 +352,9 @@ def dict_load(
         out.print(f"{n} synonym groups loaded", markup=False)
 
 
-def knowledge_key(tenant: str) -> str:
+def knowledge_key(core: MemoryCore, tenant: str) -> str:
     """The subject of a tenant's knowledge documents (``tenant``: its id, ``""`` the default)."""
-    return bind({"knowledge": tenant or "default"})
+    return core.bind(tenant, {"knowledge": tenant or "default"})
 
 
 @memory_app.command()
@@ -376,7 +370,7 @@ def ingest(
     The chunks belong to the tenant's knowledge subject (printed), tagged doc=NAME, chunk=N.
     """
     with opened(store, embedder, tenant) as (core, tenant):
-        key = knowledge_key(tenant)
+        key = knowledge_key(core, tenant)
         for path in files:
             try:
                 text = path.read_text(encoding="utf-8")

@@ -151,6 +151,22 @@ class MemoryBackend(Protocol):
         """Move, merge, link or unlink two keys; returns the records moved (or links changed)."""
         ...
 
+    def binding_meta(self) -> tuple[str, bool]:
+        """The store's binding secret (made at the store's creation, or here if missing) and
+        whether the store may hold keys of the previous scheme (it had memories or
+        subjects when it was migrated to keyed binding keys)."""
+        ...
+
+    def migrate_key(
+        self, tenant: str, old: str, new: str, legacy: dict[str, str], now: float, actor: str
+    ) -> int | None:
+        """In one transaction: drop ``old``'s link rows of the previous scheme's part
+        hashes ``legacy`` (part → hash), and when key ``old`` is known here and not moved yet,
+        move it to ``new`` like ``rebind(mode="move")`` (records, history, identity rows),
+        with its links, and journal ``new`` as the subject of the threads whose subject
+        was ``old``. The records moved; None when nothing was moved."""
+        ...
+
     def register_identity(self, tenant: str, key: str, parts: dict[str, str]) -> None:
         """Remember which key each identity part's hash was bound into."""
         ...

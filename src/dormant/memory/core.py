@@ -13,6 +13,8 @@ them in a worker thread.
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -26,7 +28,15 @@ from ..tenants.keys import check_tenant_id
 from ..tenants.scope import tenant_of
 from .access import AccessCounts
 from .backend import AddItem, AddResult, Forget, MemoryBackend, MemoryWrites, RebindMode, Search
-from .binding import bind, check_key, part_hash, part_hashes
+from .binding import (
+    bind,
+    check_key,
+    check_secret,
+    legacy_bind,
+    legacy_part_hashes,
+    part_hash,
+    part_hashes,
+)
 from .dictionary import DEFAULT_PULL_WEIGHT, EMPTY, Dictionary
 from .embedder import Embedder
 from .fulltext import query_terms
@@ -71,6 +81,14 @@ class MemoryConfig:
     #: recall, by a thread of its own: :mod:`~dormant.memory.access`); a crash loses at
     #: most a few batches of counts, never a record
     touch_batch: int = 256
+    #: the binding secret binding keys are made under (at least 32 characters); None: the
+    #: ``DORMANT_BINDING_SECRET`` environment variable, or else the store's own secret
+    #: (made with the store). Changing it changes every key: see docs/memory.md, rotation
+    binding_secret: str | None = field(default=None, repr=False)
+    #: the previous binding secret while rotating: a key made under it is moved to the
+    #: current secret's key when its identity is next bound. None:
+    #: ``DORMANT_BINDING_SECRET_PREVIOUS``, or none
+    previous_binding_secret: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +134,25 @@ class MemoryCore:
         self._embedder_checked = False
         #: access counts of recalled records, written in batches off recall's path
         self.accesses = AccessCounts(backend.touch, self.config.touch_batch)
+        self._secrets: tuple[bytes, bytes | None, bool] | None = None
+        self._secrets_lock = threading.Lock()
+
+    def _binding_secrets(self) -> tuple[bytes, bytes | None, bool]:
+        """(the binding secret, the previous one or None, whether keys of the previous
+        scheme may exist here), read once."""
+        with self._secrets_lock:
+            if self._secrets is None:
+                stored, legacy = self.backend.binding_meta()
+                chosen = self.config.binding_secret or os.environ.get("DORMANT_BINDING_SECRET") or stored
+                previous = self.config.previous_binding_secret or os.environ.get(
+                    "DORMANT_BINDING_SECRET_PREVIOUS"
+                )
+                self._secrets = (
+                    check_secret(chosen),
+                    check_secret(previous) if previous else None,
+                    legacy,
+                )
+            return self._secrets
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -277,12 +314,35 @@ class MemoryCore:
         ):
             raise NotFound(f"no valid memory {record_id!r} for this subject")
 
-    def bind(self, tenant: str, parts: Mapping[str, str]) -> str:
-        """The binding key of ``parts``; each part's hash is linked to it for partial lookups."""
+    def bind(self, tenant: str, parts: Mapping[str, str], *, now: float | None = None) -> str:
+        """The binding key of ``parts`` in ``tenant`` (a keyed hash: :func:`~.binding.bind`);
+        each part's keyed hash is linked to it for partial lookups.
+
+        A key the same identity had before (under the previous scheme, ``b1_``, in a
+        store made before keys were keyed; or under the previous secret while one is
+        being rotated out) is moved to the new key first, once, in one transaction:
+        its memories and their history, its links, and the subject of its threads
+        (journaled) — so nothing bound to the identity is lost."""
         check_tenant_id(tenant)
-        key = bind(parts)
-        self.backend.register_identity(tenant, key, part_hashes(parts))
+        secret, previous, legacy = self._binding_secrets()
+        key = bind(parts, secret=secret, tenant=tenant)
+        olds: list[tuple[str, dict[str, str]]] = []
+        if previous is not None and previous != secret:
+            was = bind(parts, secret=previous, tenant=tenant)
+            olds.append((was, part_hashes(parts, secret=previous, tenant=tenant)))
+        if legacy:
+            olds.append((legacy_bind(parts), legacy_part_hashes(parts)))
+        t = time.time() if now is None else now
+        for old, hashes in olds:
+            self.backend.migrate_key(tenant, old, key, hashes, t, "binding-migration")
+        self.backend.register_identity(tenant, key, part_hashes(parts, secret=secret, tenant=tenant))
         return key
+
+    def key(self, tenant: str, parts: Mapping[str, str]) -> str:
+        """The binding key of ``parts`` in ``tenant``, without recording it or moving an old key
+        (:meth:`bind` does both)."""
+        check_tenant_id(tenant)
+        return bind(parts, secret=self._binding_secrets()[0], tenant=tenant)
 
     def rebind(
         self,
@@ -433,7 +493,13 @@ class MemoryCore:
         """Binding keys made with one identity part (e.g. every key with this phone), one page."""
         check_tenant_id(tenant)
         limit = max(1, min(limit, MAX_PAGE))
-        rows = self.backend.keys_for_part(tenant, part, part_hash(part, value), cursor or "", limit + 1)
+        secret, _, legacy = self._binding_secrets()
+        hashed = part_hash(part, value, secret=secret, tenant=tenant)
+        rows = self.backend.keys_for_part(tenant, part, hashed, cursor or "", limit + 1)
+        if legacy:  # identities not bound since the store's keys became keyed hashes
+            old = legacy_part_hashes({part: value})[part]
+            more = self.backend.keys_for_part(tenant, part, old, cursor or "", limit + 1)
+            rows = sorted(set(rows) | set(more))[: limit + 1]
         return MemoryPage(
             items=tuple(rows[:limit]), next_cursor=rows[limit - 1] if len(rows) > limit else None
         )

@@ -45,8 +45,9 @@ __all__ = [
 TSR_PREFIX: Final = "tsr:"
 TURN_KEY: Final = "_turn"
 SUBJECT_KEY: Final = "_subject"
-#: What a binding key starts with (:func:`dormant.memory.bind`).
-BINDING_PREFIX: Final = "b1_"
+#: What a binding key starts with (:func:`dormant.memory.bind`: ``b2_``; ``b1_`` for
+#: the keys of stores made before keys were keyed hashes, moved when next bound).
+BINDING_PREFIXES: Final = ("b2_", "b1_")
 
 _ENTRY = msgspec.json.Decoder(dict[str, Any])
 
@@ -54,7 +55,7 @@ _ENTRY = msgspec.json.Decoder(dict[str, Any])
 def is_binding_key(text: str | None) -> bool:
     """Whether ``text`` is a binding key (what an input's ``source`` carries when its
     sender was identified at admission)."""
-    return text is not None and text.startswith(BINDING_PREFIX) and len(text) <= 80
+    return text is not None and text.startswith(BINDING_PREFIXES) and len(text) <= 80
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from ..journal.rules import CheckpointPolicy
-from ..records import TierSizes
+from ..records import Thread, TierSizes
 from ..store.base import Store
 from .policy import GcRound, RetentionPolicy, gc_round
 
@@ -41,11 +41,14 @@ class RetentionLoop:
         *,
         interval_s: float,
         clock: Callable[[], float] = time.time,
+        policy_for: Callable[[Thread], RetentionPolicy] | None = None,
     ) -> None:
         if interval_s < 0:
             raise ValueError("the retention interval must be >= 0 (0: passes only when poked)")
         self.store = store
         self.policy = policy
+        #: a thread's own policy (its agent's ``retention``); None: ``policy`` for all
+        self.policy_for = policy_for
         self.checkpoints = checkpoints
         self.interval_s = interval_s
         self.clock = clock
@@ -106,6 +109,7 @@ class RetentionLoop:
             cursor,
             sizes=sizes,
             force_checkpoints=force_checkpoints,
+            policy_for=self.policy_for,
         )
         self.rounds += 1
         self.shrunk += done.shrunk

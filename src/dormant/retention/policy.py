@@ -1,7 +1,16 @@
-"""Tiered retention of long threads; the full description is
+"""Retention: what the store keeps of long threads; the full description is
 ``docs/retention.md``.
 
-Per thread, with the defaults of :class:`RetentionPolicy`:
+**By default nothing a user sent or an agent wrote is deleted or cut**
+(:data:`KEEP`, the ``keep`` policy): every message and every tool result stays whole,
+every summary and every state change record stays. The background pass only writes
+the state checkpoints that are due and forgets dedup keys past their horizon (7 days:
+a redelivery older than that may be admitted again; no message is touched).
+
+The tiers are a policy an operator (``DORMANT_RETENTION=long-run``, the
+``DORMANT_RETENTION_*`` counts) or an agent (``Agent(retention="long-run")``, or a
+:class:`RetentionPolicy` of its own) turns on. :data:`LONG_RUN`, for autonomous agents
+that run for hours, applies every tier, per thread:
 
 - **tool results**: the newest 200 keep their full text; older ones are cut to an
   excerpt (their first 512 characters, whose first line names their blob, if any)
@@ -17,34 +26,39 @@ Per thread, with the defaults of :class:`RetentionPolicy`:
   summary stands for them; whole tool results are never deleted, only their cut
   excerpts go); never in a thread that has children (their views read the parent's
   history), never splitting a call from its result (a run starts at a user message,
-  which a thread takes only when no call is open).
+  which a thread takes only when no call is open). The thread's retention mark
+  (:class:`~dormant.records.RetentionMark`: how many, up to which seq, under which
+  policy) records it, and ``dormant show``, ``GET /v1/threads/{id}/messages`` and
+  ``dormant export`` say so.
 - **summaries**: a thread's compaction summaries superseded by a newer one go once
   nothing can read them: its ``keep_summaries`` (2) newest stay, and any a child
   inherits or a fork at a still-stored message would (see
   :meth:`~dormant.store.core_retention.RetentionRules.prune_summaries`), so with the
   history pruned the summaries stop growing too.
-- **dedup keys**: kept for ``dedup_horizon_s`` (7 days) after their input was
-  admitted, then pruned, unless their input is still pending or an outbox entry
-  still names them. The guarantee: a redelivery within the horizon is recognised as
-  a duplicate; one older than the horizon may be admitted again. Consumed inputs
-  are deleted by the slice that consumes them (they live on as messages).
 - **budget**: with ``budget_bytes`` set, no tier may take more than ``tier_share``
   (30 %) of it; while one does, each round applies that tier's rule more strictly
   (fewer whole tool results, fewer runs of history or of state), oldest entries first.
 
-:func:`gc_round` is one bounded pass over a page of threads; ``dormant gc`` repeats it
-and :class:`~dormant.retention.loop.RetentionLoop` runs it in the background.
+Every policy prunes **dedup keys** ``dedup_horizon_s`` (7 days) after their input was
+admitted, unless their input is still pending or an outbox entry still names them.
+Consumed inputs are deleted by the slice that consumes them (they live on as messages).
+
+:func:`gc_round` is one bounded pass over a page of threads, each under its agent's
+policy (or the runtime's); ``dormant gc`` repeats it and
+:class:`~dormant.retention.loop.RetentionLoop` runs it in the background.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from ..errors import NotFound
+from ..config import RETENTION_POLICIES
+from ..errors import NotFound, UsageError
 from ..journal.rules import CheckpointPolicy
-from ..records import TierSizes
+from ..records import Thread, TierSizes
 from ..store.base import Store
 from ..store.core_retention import RETENTION_NOTE
 
@@ -70,10 +84,32 @@ DEDUP_HORIZON_S = 7 * 86400.0
 TIER_SHARE = 0.30
 
 
+#: The names of the policies :meth:`RetentionPolicy.named` knows.
+POLICY_NAMES: Final = RETENTION_POLICIES
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
-    """What retention keeps (defaults: docs/retention.md) and how much one round may do."""
+    """What retention keeps and how much one round may do.
 
+    The default, ``RetentionPolicy()`` (:data:`KEEP`), deletes and cuts nothing: every
+    tier switch (``tool_results``, ``history``, ``summaries``, ``journal``) is off, and
+    only dedup keys past their horizon are forgotten. :data:`LONG_RUN` turns every tier
+    on with the counts below; ``dataclasses.replace`` a policy to tune one. ``name`` is
+    what a thread's retention mark records."""
+
+    #: what a thread's retention mark names (``dormant show`` prints it)
+    name: str = "keep"
+    #: cut tool results older than the newest ``full_tool_calls`` to ``head_chars``
+    tool_results: bool = False
+    #: delete whole old runs of history that a summary covers (needs ``tool_results``
+    #: to reach past the whole tool results)
+    history: bool = False
+    #: delete superseded summaries nothing reads any more
+    summaries: bool = False
+    #: fold old state change records into checkpoints (exact time travel only in the
+    #: newest ``full_runs``)
+    journal: bool = False
     #: the newest tool results of a thread kept whole
     full_tool_calls: int = FULL_TOOL_CALLS
     #: characters an older tool result keeps (an excerpt's header names its blob)
@@ -97,6 +133,8 @@ class RetentionPolicy:
     threads_per_round: int = 100
 
     def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 64:
+            raise ValueError("a retention policy is named by 1 to 64 characters")
         counts = (self.full_tool_calls, self.full_runs, self.keep_summaries)
         if min(*counts, self.per_round, self.threads_per_round) < 1:
             raise ValueError("retention counts must be >= 1")
@@ -105,10 +143,43 @@ class RetentionPolicy:
         if self.dedup_horizon_s <= 0 or not 0 < self.tier_share <= 1:
             raise ValueError("the dedup horizon must be > 0 and the tier share in (0, 1]")
 
+    @property
+    def prunes(self) -> bool:
+        """Whether this policy deletes or cuts anything but dedup keys."""
+        return self.tool_results or self.history or self.summaries or self.journal
+
     @classmethod
-    def from_settings(cls, settings: Settings) -> RetentionPolicy:
-        """The policy the ``retention_*`` and ``dedup_horizon_s`` settings describe."""
-        return cls(
+    def named(cls, name: str) -> RetentionPolicy:
+        """:data:`KEEP` for ``"keep"``, :data:`LONG_RUN` for ``"long-run"``; UsageError
+        for any other name."""
+        if name == "keep":
+            return KEEP
+        if name == "long-run":
+            return LONG_RUN
+        raise UsageError(f"unknown retention policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
+
+    @classmethod
+    def long_run(cls, **counts: int | float) -> RetentionPolicy:
+        """:data:`LONG_RUN` (every tier on) with some of its counts replaced."""
+        return dataclasses.replace(LONG_RUN, **counts)  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls, spec: RetentionPolicy | str) -> RetentionPolicy:
+        """A policy as given, or the one a name names (:meth:`named`)."""
+        if isinstance(spec, RetentionPolicy):
+            return spec
+        if isinstance(spec, str):
+            return cls.named(spec)
+        raise UsageError(f"retention= takes a RetentionPolicy or a policy name, not {type(spec).__name__}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, name: str | None = None) -> RetentionPolicy:
+        """The policy the settings describe: ``retention`` names it (``keep``, the default,
+        or ``long-run``; ``name`` instead when given), and the ``retention_*`` counts and
+        ``dedup_horizon_s`` tune it."""
+        base = cls.named(settings.retention if name is None else name)
+        return dataclasses.replace(
+            base,
             full_tool_calls=settings.retention_tool_calls,
             head_chars=settings.retention_head_chars,
             full_runs=settings.retention_full_runs,
@@ -118,6 +189,14 @@ class RetentionPolicy:
             budget_bytes=settings.retention_budget_bytes,
             tier_share=settings.retention_tier_share,
         )
+
+
+#: The default policy: nothing a user sent or an agent wrote is deleted or cut.
+KEEP: Final = RetentionPolicy()
+#: Every tier on (docs/retention.md), for autonomous agents that run for hours.
+LONG_RUN: Final = RetentionPolicy(
+    name="long-run", tool_results=True, history=True, summaries=True, journal=True
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,16 +269,18 @@ async def gc_round(
     *,
     sizes: TierSizes | None = None,
     force_checkpoints: bool = False,
+    policy_for: Callable[[Thread], RetentionPolicy] | None = None,
 ) -> GcRound:
     """One bounded round: for a page of threads from ``cursor``, apply every tier (see the
     module docstring) and write the state checkpoint that is due (if a checkpoint policy
     is given; with ``force_checkpoints``, one for every thread whose state changed since
     its last). The first round of a pass (``cursor`` None) also prunes dedup keys past
-    the horizon, at most ``per_round`` of them. ``sizes``: the tier sizes the budget is
-    checked against (read from the store when a budget is set and none are given)."""
+    the horizon, at most ``per_round`` of them. ``policy_for`` gives a thread's own
+    policy (its agent's ``retention``); ``policy`` is the rest's, and sets the dedup
+    horizon and the page size. ``sizes``: the tier sizes the budget is checked against
+    (read from the store when a budget is set and none are given)."""
     if policy.budget_bytes and sizes is None:
         sizes = await store.retention_sizes()
-    strict = strictness(policy, sizes)
     deleted = 0
     if cursor is None:
         deleted += await store.prune_dedup_keys(before=now - policy.dedup_horizon_s, limit=policy.per_round)
@@ -211,24 +292,36 @@ async def gc_round(
         else checkpoints
     )
     for thread in page.items:
+        mine = policy if policy_for is None else policy_for(thread)
+        if mine.budget_bytes and sizes is None:
+            sizes = await store.retention_sizes()
+        strict = strictness(mine, sizes)
         try:
-            shrunk += await store.shrink_tool_results(
-                thread.id, keep=strict.keep_tool_calls, head_chars=policy.head_chars, limit=policy.per_round
-            )
-            deleted += await store.prune_history(
-                thread.id,
-                keep_runs=strict.history_runs,
-                keep_tool_calls=strict.keep_tool_calls,
-                limit=policy.per_round,
-            )
-            summaries += await store.prune_summaries(
-                thread.id, keep=policy.keep_summaries, limit=policy.per_round
-            )
+            if mine.tool_results:
+                shrunk += await store.shrink_tool_results(
+                    thread.id, keep=strict.keep_tool_calls, head_chars=mine.head_chars, limit=mine.per_round
+                )
+            if mine.history:
+                deleted += await store.prune_history(
+                    thread.id,
+                    keep_runs=strict.history_runs,
+                    keep_tool_calls=strict.keep_tool_calls,
+                    limit=mine.per_round,
+                    policy=mine.name,
+                )
+            if mine.summaries:
+                summaries += await store.prune_summaries(
+                    thread.id, keep=mine.keep_summaries, limit=mine.per_round
+                )
             if forced is not None and await store.journal.maybe_checkpoint(thread.id, forced, now):
                 written += 1
-            deleted += await store.journal.apply_tiers(
-                thread.id, full_runs=strict.full_runs, metric_runs=strict.metric_runs, limit=policy.per_round
-            )
+            if mine.journal:
+                deleted += await store.journal.apply_tiers(
+                    thread.id,
+                    full_runs=strict.full_runs,
+                    metric_runs=strict.metric_runs,
+                    limit=mine.per_round,
+                )
         except NotFound:
             continue  # deleted since the page was read
     return GcRound(

@@ -15,7 +15,7 @@ from ..memory.backend import AddResult
 from ..memory.records import MemoryChange, MemoryKind, MemoryRecord, RecallHit, TagValue
 from .schemas import Body
 
-#: A binding key (``b1_`` + 64 hex digits).
+#: A binding key (``b2_`` + 64 hex digits; ``b1_`` for a key made before keys were keyed hashes).
 KEY_PATTERN = r"^b[0-9]+_[0-9a-f]{64}$"
 #: Identity parts: name -> value (``{"phone": "+1 555-0100", "device": "ios-1"}``).
 Identity = dict[

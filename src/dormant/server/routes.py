@@ -28,6 +28,7 @@ from .schemas import (
     InputCreate,
     MessageOut,
     MessagePage,
+    PrunedOut,
     RegistersOut,
     StatusOut,
     ThreadCreate,
@@ -193,15 +194,21 @@ async def list_messages(
     limit: Limit = 50,
     order: Literal["asc", "desc"] = "asc",
 ) -> MessagePage:
-    """One page of the thread's messages, oldest first (``asc``) or newest first (``desc``)."""
-    page = await runtime_of(request).history(
-        scope.inner(thread_id),
-        cursor=cursor,
-        limit=limit,
-        newest_first=order == "desc",
-        tenant=scope.tenant_id,
+    """One page of the thread's messages, oldest first (``asc``) or newest first (``desc``);
+    ``pruned``: what a retention policy deleted of its history (null: nothing)."""
+    rt = runtime_of(request)
+    inner = scope.inner(thread_id)
+    page = await rt.history(
+        inner, cursor=cursor, limit=limit, newest_first=order == "desc", tenant=scope.tenant_id
     )
-    return MessagePage(items=[MessageOut.of(m) for m in page.items], next_cursor=page.next_cursor)
+    mark = await rt.store.retention_mark(inner, tenant=scope.tenant_id)
+    pruned = None
+    if mark is not None:
+        pruned = PrunedOut(
+            messages=mark.pruned, up_to_seq=mark.up_to_seq, policy=mark.policy, pruned_at=mark.pruned_at
+        )
+    items = [MessageOut.of(m) for m in page.items]
+    return MessagePage(items=items, next_cursor=page.next_cursor, pruned=pruned)
 
 
 @router.post("/threads/{thread_id}/tool_results/{call_id}", status_code=202, response_model=AdmissionOut)

@@ -197,11 +197,23 @@ class MessageOut(BaseModel):
         )
 
 
+class PrunedOut(BaseModel):
+    """What a retention policy deleted of a thread's history."""
+
+    messages: int = Field(description="messages deleted, in all")
+    up_to_seq: int = Field(description="every message up to this seq is gone")
+    policy: str = Field(description="the retention policy that deleted them (the last one)")
+    pruned_at: float = Field(description="when it last did, in seconds since the epoch")
+
+
 class MessagePage(BaseModel):
-    """One page of messages; pass ``next_cursor`` back as ``cursor`` for the next."""
+    """One page of messages; pass ``next_cursor`` back as ``cursor`` for the next.
+    ``pruned`` says what a retention policy deleted of the thread's history (null: nothing;
+    by default nothing is ever deleted)."""
 
     items: list[MessageOut]
     next_cursor: str | None
+    pruned: PrunedOut | None = None
 
 
 class ToolResultIn(Body):

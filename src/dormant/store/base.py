@@ -30,6 +30,7 @@ from ..records import (
     OutboxEntry,
     OutboxOutcome,
     Page,
+    RetentionMark,
     SliceLoad,
     StoreStatus,
     Tenant,
@@ -282,11 +283,20 @@ class Store(Protocol):
         refers to any more are collected); how many."""
         ...
 
-    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
+    async def prune_history(
+        self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int, policy: str = "long-run"
+    ) -> int:
         """Retention: delete whole runs older than the thread's ``keep_runs`` newest and
         than the run of its oldest whole tool result (its ``keep_tool_calls`` newest are
         whole) that its summary covers (never in a thread with children), about
-        ``limit`` messages at most; how many messages."""
+        ``limit`` messages at most; how many messages. The thread's
+        :class:`~dormant.records.RetentionMark` records them, under ``policy``, in the
+        same transaction."""
+        ...
+
+    async def retention_mark(self, thread_id: str, *, tenant: str | None = None) -> RetentionMark | None:
+        """What retention deleted of the thread's history (None: nothing); ``tenant``: the
+        tenant the thread must belong to."""
         ...
 
     async def prune_summaries(self, thread_id: str, *, keep: int, limit: int) -> int:

@@ -1,7 +1,8 @@
 """Retention's rules in the store core, a mixin of :class:`~dormant.store.core.StoreCore`:
 the bounds of each pruning call, which compaction summaries of a thread may go (the
 statements that find and delete rows are each backend's ``retention`` part), and that a
-thread's cached views go when its history changed."""
+thread's cached views go when its history changed; a history prune records the thread's
+retention mark (what a policy deleted, read where history is read)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..records import TierSizes
+from ..records import RetentionMark, TierSizes
+from ..tenants import scope as tenancy
 
 if TYPE_CHECKING:
     from ..view.cache import ViewCache
@@ -20,7 +22,8 @@ RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is ke
 
 
 class RetentionRules:
-    """Cut tool results, pruned runs and dedup keys, superseded summaries, tier sizes."""
+    """Cut tool results, pruned runs (and the retention mark) and dedup keys, superseded
+    summaries, tier sizes."""
 
     if TYPE_CHECKING:
         backend: Backend
@@ -40,19 +43,6 @@ class RetentionRules:
         if cut:
             self.views.discard(thread_id)
         return cut
-
-    async def prune_history(self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int) -> int:
-        """Delete the thread's oldest runs that its summary covers, keeping its
-        ``keep_runs`` newest and those of its ``keep_tool_calls`` newest tool results
-        (see :meth:`Backend.prune_history`); how many messages."""
-        if min(keep_runs, keep_tool_calls, limit) < 1:
-            raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
-        deleted = await self.backend.retention.prune_history(
-            thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit
-        )
-        if deleted:
-            self.views.discard(thread_id)
-        return deleted
 
     async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
         """Forget up to ``limit`` dedup keys admitted before ``before`` (their inputs
@@ -80,3 +70,27 @@ class RetentionRules:
         if keep < 1 or limit < 1:
             raise UsageError("keep and limit must be >= 1")
         return await self.backend.retention.prune_summaries(thread_id, keep, limit)
+
+    async def prune_history(
+        self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int, policy: str = "long-run"
+    ) -> int:
+        """Delete the thread's oldest runs that its summary covers, keeping its
+        ``keep_runs`` newest and those of its ``keep_tool_calls`` newest tool results
+        (see :meth:`Backend.prune_history`), recorded in its retention mark under
+        ``policy``; how many messages."""
+        if min(keep_runs, keep_tool_calls, limit) < 1:
+            raise UsageError("keep_runs, keep_tool_calls and limit must be >= 1")
+        if not policy or len(policy) > 64:
+            raise UsageError("a retention policy is named by 1 to 64 characters")
+        deleted = await self.backend.retention.prune_history(
+            thread_id, keep_runs, keep_tool_calls, RETENTION_NOTE, limit, policy
+        )
+        if deleted:
+            self.views.discard(thread_id)
+        return deleted
+
+    async def retention_mark(self, thread_id: str, *, tenant: str | None = None) -> RetentionMark | None:
+        """What retention deleted of the thread's history (None: nothing); ``tenant``: the
+        tenant the thread must belong to (NotFound otherwise)."""
+        tenancy.check([thread_id], tenant)
+        return await self.backend.retention.retention_mark(thread_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from ..records import ApiKey, BlobRef, JournalEntry, Tenant, Thread, TierSizes
+from ..records import ApiKey, BlobRef, JournalEntry, RetentionMark, Tenant, Thread, TierSizes
 
 
 class JournalRows(Protocol):
@@ -82,7 +82,7 @@ class RetentionRows(Protocol):
         ...
 
     async def prune_history(
-        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int, policy: str
     ) -> int:
         """Delete the thread's oldest messages: those before its ``keep_runs``-th newest
         user message (a run's start: no call is open there), before the run of its
@@ -91,7 +91,13 @@ class RetentionRows(Protocol):
         nothing in a thread that has children. Whole runs at a
         time, as many as fit in ``limit`` messages (at least one), so no call is parted
         from its result. Blob refs are released as by :meth:`shrink_tool_results`
-        (``note``: what a cut result ends with). One transaction; how many were deleted."""
+        (``note``: what a cut result ends with). In the same transaction the thread's
+        retention mark adds them (up to the seq before the first one kept, under
+        ``policy``). One transaction; how many were deleted."""
+        ...
+
+    async def retention_mark(self, thread_id: str) -> RetentionMark | None:
+        """The thread's retention mark (None: retention deleted none of its messages)."""
         ...
 
     async def prune_dedup_keys(self, before: float, limit: int) -> int:

@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
+from collections.abc import Mapping
 
 import pytest
 
 from dormant.errors import InvalidInput
-from dormant.memory.binding import BINDING_VERSION, bind, check_key, normalize_phone, part_hash, part_hashes
+from dormant.memory import binding
+from dormant.memory.binding import (
+    BINDING_VERSION,
+    check_key,
+    check_secret,
+    legacy_bind,
+    legacy_part_hashes,
+    normalize_phone,
+)
+
+SECRET = b"s" * 32
+
+
+def bind(parts: Mapping[str, str], tenant: str = "") -> str:
+    return binding.bind(parts, secret=SECRET, tenant=tenant)
+
+
+def part_hashes(parts: Mapping[str, str]) -> dict[str, str]:
+    return binding.part_hashes(parts, secret=SECRET, tenant="")
+
+
+def part_hash(name: str, value: str) -> str:
+    return binding.part_hash(name, value, secret=SECRET, tenant="")
 
 
 def test_phone_normalization() -> None:
@@ -24,9 +48,36 @@ def test_same_identity_same_key_whatever_the_spelling() -> None:
     assert check_key(a) == a
 
 
-def test_key_is_sha256_of_sorted_normalized_parts() -> None:
-    expected = hashlib.sha256(b"device=dev1\nphone=+15550100").hexdigest()
-    assert bind({"phone": "+1 555 0100", "device": "DEV1"}) == f"b1_{expected}"
+def test_key_is_an_hmac_of_tenant_and_parts_not_their_sha256() -> None:
+    parts = {"phone": "+1 555 0100", "device": "DEV1"}
+    lines = b"device=dev1\nphone=+15550100"
+    key = bind(parts)
+    assert key.startswith("b2_")
+    assert key != f"b2_{hashlib.sha256(lines).hexdigest()}"
+    assert key[3:] != hashlib.sha256(lines).hexdigest()
+    assert key[3:] == hmac.new(SECRET, b"key\0\0" + lines, hashlib.sha256).hexdigest()
+    # the previous scheme, still computed to find an old store's keys
+    assert legacy_bind(parts) == f"b1_{hashlib.sha256(lines).hexdigest()}"
+    assert legacy_part_hashes(parts)["phone"] == hashlib.sha256(b"phone=+15550100").hexdigest()
+
+
+def test_the_same_phone_in_two_tenants_or_under_two_secrets_gives_two_keys() -> None:
+    phone = {"phone": "+15550100"}
+    assert bind(phone, "t000000000001") != bind(phone, "t000000000002")
+    assert bind(phone, "t000000000001") == bind(phone, "t000000000001")
+    assert binding.bind(phone, secret=b"x" * 32, tenant="") != bind(phone)
+    assert binding.part_hash("phone", "+15550100", secret=SECRET, tenant="t000000000001") != part_hash(
+        "phone", "+15550100"
+    )
+    assert part_hash("phone", "+15550100") != hashlib.sha256(b"phone=+15550100").hexdigest()
+
+
+def test_a_short_or_missing_secret_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="at least 32"):
+        check_secret("short")
+    assert check_secret("k" * 32) == b"k" * 32
+    with pytest.raises(InvalidInput):
+        binding.bind({"phone": "1"}, secret=b"", tenant="")
 
 
 def test_shared_phone_different_devices_are_different_subjects() -> None:

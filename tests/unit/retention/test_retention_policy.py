@@ -5,15 +5,48 @@ from __future__ import annotations
 
 import pytest
 
+from dormant import Agent, ModelReply, ScriptedModel
+from dormant.errors import UsageError
 from dormant.records import TierSizes
-from dormant.retention.policy import RetentionPolicy, over_budget, strictness
+from dormant.retention.policy import KEEP, LONG_RUN, RetentionPolicy, over_budget, strictness
 
 
-def test_defaults_are_the_issue_s() -> None:
-    p = RetentionPolicy()
-    assert (p.full_tool_calls, p.head_chars, p.full_runs, p.metric_runs) == (200, 512, 5, 20)
-    assert (p.dedup_horizon_s, p.tier_share, p.budget_bytes) == (7 * 86400, 0.30, 0)
-    assert p.keep_summaries == 2
+def test_the_default_policy_deletes_and_cuts_nothing() -> None:
+    from dormant.config import Settings
+
+    for p in (RetentionPolicy(), KEEP, RetentionPolicy.from_settings(Settings.from_env())):
+        assert p.name == "keep"
+        assert not (p.tool_results or p.history or p.summaries or p.journal or p.prunes)
+    assert RetentionPolicy.named("keep") is KEEP
+
+
+def test_long_run_is_one_setting_away_and_has_every_tier() -> None:
+    from dormant.config import Settings
+
+    for p in (
+        LONG_RUN,
+        RetentionPolicy.named("long-run"),
+        RetentionPolicy.of("long-run"),
+        RetentionPolicy.from_settings(Settings.from_env(retention="long-run")),
+    ):
+        assert p.name == "long-run" and p.tool_results and p.history and p.summaries and p.journal
+        assert (p.full_tool_calls, p.head_chars, p.full_runs, p.metric_runs) == (200, 512, 5, 20)
+        assert (p.dedup_horizon_s, p.tier_share, p.budget_bytes) == (7 * 86400, 0.30, 0)
+        assert p.keep_summaries == 2
+    tuned = RetentionPolicy.from_settings(Settings.from_env(retention="long-run", retention_tool_calls=7))
+    assert tuned.full_tool_calls == 7 and tuned.history
+    with pytest.raises(UsageError, match="unknown retention policy"):
+        RetentionPolicy.named("forever")
+    with pytest.raises(UsageError, match="retention"):
+        Settings.from_env(retention="forever")
+
+
+def test_an_agent_names_its_policy_or_gives_one() -> None:
+    model = ScriptedModel(lambda req: ModelReply(text="ok"))
+    assert Agent(name="a", model=model).retention is None
+    assert Agent(name="a", model=model, retention="long-run").retention == "long-run"
+    with pytest.raises(UsageError, match="unknown retention policy"):
+        Agent(name="a", model=model, retention="forever")
 
 
 def test_the_settings_name_how_many_summaries_stay() -> None:

@@ -17,7 +17,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import NotFound, UsageError
-from ...records import JournalEntry, Thread, TierSizes
+from ...records import JournalEntry, RetentionMark, Thread, TierSizes
 from ...tools.blobs import BLOB_LINE, REF_CHARS
 from ..rows import row_journal, row_thread, row_tier_sizes, state_row
 from . import sql
@@ -90,7 +90,7 @@ class PgRetention:
         return len(picked)
 
     async def prune_history(
-        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int, policy: str
     ) -> int:
         """Delete whole old runs covered by the thread's summary (see the Backend protocol)."""
         try:
@@ -125,9 +125,20 @@ class PgRetention:
                 refs = {r[0] for r in await found.fetchall()}
                 deleted = (await conn.execute(sql.DROP_HISTORY, (thread_id, cut))).rowcount
                 await self._release(conn, thread_id, refs, note)
+                if deleted:
+                    mark = (thread_id, deleted, cut - 1, policy, self.clock())
+                    await conn.execute(sql.MARK_PRUNED, mark)
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
         return int(deleted)
+
+    async def retention_mark(self, thread_id: str) -> RetentionMark | None:
+        """The thread's retention mark (None: nothing of its history deleted)."""
+        rows = await self.reads.rows(sql.RETENTION_MARK, (thread_id,))
+        if not rows:
+            return None
+        pruned, upto, policy, at = rows[0]
+        return RetentionMark(pruned=int(pruned), up_to_seq=int(upto), policy=str(policy), pruned_at=float(at))
 
     async def prune_dedup_keys(self, before: float, limit: int) -> int:
         """Delete up to ``limit`` dedup keys past the horizon (see the Backend protocol)."""

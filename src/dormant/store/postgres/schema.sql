@@ -699,3 +699,17 @@ CREATE TABLE memory_meta (
     name  text COLLATE "C" PRIMARY KEY,
     value text NOT NULL
 );
+-- the binding secret binding keys are made under (HMAC-SHA256): the sha256 of two
+-- gen_random_uuid() (PostgreSQL's strong random source), made with the store
+INSERT INTO memory_meta VALUES ('binding_secret',
+    encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')), 'hex'));
+
+-- per thread, the messages a retention policy deleted: how many, up to which seq, under
+-- which policy (shown where history is read: `dormant show`, /messages, export)
+CREATE TABLE retention_marks (
+    thread_id text COLLATE "C" PRIMARY KEY,
+    pruned    bigint NOT NULL,
+    up_to_seq bigint NOT NULL,
+    policy    text NOT NULL,
+    pruned_at double precision NOT NULL
+);

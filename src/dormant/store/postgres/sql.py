@@ -464,6 +464,15 @@ SELECT DISTINCT substr(content, %(plen)s + 1, %(rlen)s) FROM messages
 WHERE thread_id = %(id)s AND seq < %(cut)s AND role = 'tool' AND left(content, %(plen)s) = %(line)s
 """
 DROP_HISTORY = "DELETE FROM messages WHERE thread_id = %s AND seq < %s"
+# the thread's retention mark: more messages deleted, every one up to a seq, under a policy
+MARK_PRUNED = """
+INSERT INTO retention_marks AS m (thread_id, pruned, up_to_seq, policy, pruned_at)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (thread_id) DO UPDATE SET pruned = m.pruned + excluded.pruned,
+  up_to_seq = greatest(m.up_to_seq, excluded.up_to_seq), policy = excluded.policy,
+  pruned_at = excluded.pruned_at
+"""
+RETENTION_MARK = "SELECT pruned, up_to_seq, policy, pruned_at FROM retention_marks WHERE thread_id = %s"
 PRUNE_KEYS = """
 DELETE FROM input_keys WHERE (thread_id, dedup_key) IN (
   SELECT k.thread_id, k.dedup_key FROM input_keys k

@@ -93,6 +93,13 @@ SELECT DISTINCT substr(content, ?3 + 1, ?4) FROM messages
 WHERE thread_id = ?1 AND seq < ?2 AND role = 'tool' AND substr(content, 1, ?3) = ?5
 """
 DROP_HISTORY = "DELETE FROM messages WHERE thread_id = ? AND seq < ?"
+# the thread's retention mark: ?2 more messages deleted, every one up to seq ?3, under ?4
+MARK_PRUNED = """
+INSERT INTO retention_marks (thread_id, pruned, up_to_seq, policy, pruned_at) VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (thread_id) DO UPDATE SET pruned = pruned + excluded.pruned,
+  up_to_seq = max(up_to_seq, excluded.up_to_seq), policy = excluded.policy, pruned_at = excluded.pruned_at
+"""
+RETENTION_MARK = "SELECT pruned, up_to_seq, policy, pruned_at FROM retention_marks WHERE thread_id = ?"
 # dedup keys admitted before ?1 whose input was consumed and that no outbox entry names
 PRUNE_KEYS = """
 DELETE FROM input_keys WHERE (thread_id, dedup_key) IN (

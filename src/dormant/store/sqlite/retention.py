@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ...errors import NotFound, UsageError
-from ...records import JournalEntry, Thread, TierSizes
+from ...records import JournalEntry, RetentionMark, Thread, TierSizes
 from ...tools.blobs import BLOB_LINE, REF_CHARS
 from ..rows import row_journal, row_tier_sizes, state_row
 from . import jobs, journal_sql, sql
@@ -54,7 +54,7 @@ class SQLiteRetention:
         return result
 
     async def prune_history(
-        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int
+        self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int, policy: str
     ) -> int:
         """Delete the oldest messages before the thread's ``keep_runs``-th newest run and
         the run of its oldest whole tool result that its summary covers, whole runs at a
@@ -76,10 +76,20 @@ class SQLiteRetention:
             conn.execute(journal_sql.DROP_HISTORY, (thread_id, cut))
             deleted = int(conn.changes())
             release_refs(conn, thread_id, refs, note)
+            if deleted:
+                conn.execute(journal_sql.MARK_PRUNED, (thread_id, deleted, cut - 1, policy, self.clock()))
             return deleted
 
         result: int = await self._write(job, 256)
         return result
+
+    async def retention_mark(self, thread_id: str) -> RetentionMark | None:
+        """The thread's retention mark (None: nothing of its history deleted)."""
+        rows = self._query(journal_sql.RETENTION_MARK, (thread_id,))
+        if not rows:
+            return None
+        pruned, upto, policy, at = rows[0]
+        return RetentionMark(pruned=int(pruned), up_to_seq=int(upto), policy=str(policy), pruned_at=float(at))
 
     async def prune_dedup_keys(self, before: float, limit: int) -> int:
         """Delete up to ``limit`` dedup keys admitted before ``before`` whose input was

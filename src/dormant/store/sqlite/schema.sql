@@ -276,6 +276,9 @@ CREATE TABLE memory_meta (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 ) WITHOUT ROWID;
+-- the binding secret binding keys are made under (HMAC-SHA256): 32 random bytes, made
+-- with the store (SQLite's randomness is seeded by the operating system)
+INSERT INTO memory_meta VALUES ('binding_secret', lower(hex(randomblob(32))));
 
 -- full text: scope (the binding key, as a phrase) and body (CJK pre-split), rowid = memory_records.rid
 CREATE VIRTUAL TABLE memory_fts USING fts5(
@@ -312,4 +315,14 @@ CREATE TABLE state_parts (
     idx       INTEGER NOT NULL,
     data      TEXT NOT NULL,
     PRIMARY KEY (thread_id, seq, idx)
+) WITHOUT ROWID;
+
+-- per thread, the messages a retention policy deleted: how many, up to which seq, under
+-- which policy (shown where history is read: `dormant show`, /messages, export)
+CREATE TABLE retention_marks (
+    thread_id TEXT PRIMARY KEY,
+    pruned    INTEGER NOT NULL,
+    up_to_seq INTEGER NOT NULL,
+    policy    TEXT NOT NULL,
+    pruned_at REAL NOT NULL
 ) WITHOUT ROWID;

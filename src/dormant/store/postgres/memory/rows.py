@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -254,23 +255,43 @@ class PostgresMemoryBackend:
                 await c.execute(sql.SUBJECT_LOCK, (f"{tenant}/{key}",))
             if mode in ("link", "unlink"):
                 return await _link(c, tenant, old, new, mode, now, actor)
-            target = await resolve(c, tenant, new)
-            if target == old:
-                raise UsageError("cannot move a subject onto itself")
-            op = "merge" if mode == "merge" else "rebind"
-            dups = await (await c.execute(sql.MOVE_DUPLICATES, (target, tenant, old))).fetchall()
-            for a_id, b_id in dups:
-                await c.execute(sql.INVALIDATE, (now, tenant, a_id))
-                await _history(c, tenant, "merge", old, a_id, actor, now, f"duplicate of {b_id}")
-            moved = await (await c.execute(sql.MOVE_RECORDS, (target, tenant, old))).fetchall()
-            for (rec_id,) in moved:
-                await _history(c, tenant, op, target, rec_id, actor, now, f"{old} -> {target}")
-            if not moved:
-                await _history(c, tenant, op, target, None, actor, now, f"{old} -> {target}")
-            await c.execute(sql.MOVE_CHAINS, (target, tenant, old))
-            await c.execute(sql.MOVE, (tenant, old, target, now))
-            await c.execute(sql.MOVE_IDENTITY, (target, tenant, old, target))
-            return len(moved)
+            return await _move(c, tenant, old, new, mode, now, actor)
+
+        return self._write(job)
+
+    def binding_meta(self) -> tuple[str, bool]:
+        async def job(c: Conn) -> tuple[str, bool]:
+            # made by the schema (or its migration); made here for a database that lost it
+            await c.execute(sql.META_PUT, ("binding_secret", secrets.token_hex(32)))
+            found = await (await c.execute(sql.BINDING_META)).fetchall()
+            rows = {str(name): str(value) for name, value in found}
+            return rows["binding_secret"], rows.get("binding_legacy") == "1"
+
+        return self._write(job)
+
+    def migrate_key(
+        self, tenant: str, old: str, new: str, legacy: dict[str, str], now: float, actor: str
+    ) -> int | None:
+        async def job(c: Conn) -> int | None:
+            for key in sorted((old, new)):
+                await c.execute(sql.SUBJECT_LOCK, (f"{tenant}/{key}",))
+            for part, h in sorted(legacy.items()):  # the unkeyed part hashes would reveal the parts
+                await c.execute(sql.DROP_IDENTITY, (tenant, part, h, old, new))
+            if await (await c.execute(sql.MOVED_FROM, (tenant, old))).fetchone() is not None:
+                return None
+            row = await (await c.execute(sql.KEY_KNOWN, {"tenant": tenant, "key": old})).fetchone()
+            if row is None or not row[0]:
+                return None
+            moved = await _move(c, tenant, old, new, "move", now, actor)
+            # the same identity, re-keyed: its history reads under the new key
+            await c.execute(sql.MOVE_HISTORY, (new, tenant, old))
+            await c.execute(sql.MOVE_LINKS, {"tenant": tenant, "old": old, "new": new})
+            # the threads whose subject it is: a journaled change of their `_subject`
+            # register (time travel and recovery see the new key from here on) and their row
+            value = msgspec.json.encode(new).decode()
+            await c.execute(sql.JOURNAL_SUBJECT, {"tenant": tenant, "old": old, "value": value, "now": now})
+            await c.execute(sql.THREAD_SUBJECT, {"tenant": tenant, "old": old, "new": new, "value": value})
+            return moved
 
         return self._write(job)
 
@@ -332,6 +353,27 @@ class PostgresMemoryBackend:
         self, tenant: str, keys: Sequence[str], record_id: str | None, after: int, limit: int
     ) -> list[MemoryChange]:
         return self._rows.run(lambda c: reads.history(c, tenant, keys, record_id, after, limit))
+
+
+async def _move(c: Conn, tenant: str, old: str, new: str, mode: RebindMode, now: float, actor: str) -> int:
+    """Move (or merge) ``old``'s records to ``new`` (through its moves); how many."""
+    target = await resolve(c, tenant, new)
+    if target == old:
+        raise UsageError("cannot move a subject onto itself")
+    op = "merge" if mode == "merge" else "rebind"
+    dups = await (await c.execute(sql.MOVE_DUPLICATES, (target, tenant, old))).fetchall()
+    for a_id, b_id in dups:
+        await c.execute(sql.INVALIDATE, (now, tenant, a_id))
+        await _history(c, tenant, "merge", old, a_id, actor, now, f"duplicate of {b_id}")
+    moved = await (await c.execute(sql.MOVE_RECORDS, (target, tenant, old))).fetchall()
+    for (rec_id,) in moved:
+        await _history(c, tenant, op, target, rec_id, actor, now, f"{old} -> {target}")
+    if not moved:
+        await _history(c, tenant, op, target, None, actor, now, f"{old} -> {target}")
+    await c.execute(sql.MOVE_CHAINS, (target, tenant, old))
+    await c.execute(sql.MOVE, (tenant, old, target, now))
+    await c.execute(sql.MOVE_IDENTITY, (target, tenant, old, target))
+    return len(moved)
 
 
 async def _link(c: Conn, tenant: str, a: str, b: str, mode: str, now: float, actor: str) -> int:

@@ -178,3 +178,41 @@ def filter_sql(spec: FilterSpec, now: float) -> tuple[str, list[Any]]:
 def to_record(row: Sequence[Any]) -> MemoryRecord:
     """A ``COLS`` row as a record."""
     return row_memory(row, dict(row[6]))
+
+
+# keyed binding keys: the secret, and moving a key of the previous scheme (b1_) to its new one
+BINDING_META = "SELECT name, value FROM memory_meta WHERE name IN ('binding_secret', 'binding_legacy')"
+DROP_IDENTITY = (
+    "DELETE FROM memory_identity WHERE tenant = %s AND part = %s AND part_hash = %s AND key IN (%s, %s)"
+)
+MOVED_FROM = "SELECT 1 FROM memory_moves WHERE tenant = %s AND old_key = %s"
+KEY_KNOWN = (
+    "SELECT EXISTS (SELECT 1 FROM memory_records WHERE tenant = %(tenant)s AND subject = %(key)s) "
+    "OR EXISTS (SELECT 1 FROM memory_links WHERE tenant = %(tenant)s AND key = %(key)s) "
+    "OR EXISTS (SELECT 1 FROM memory_history WHERE tenant = %(tenant)s AND subject = %(key)s) "
+    "OR EXISTS (SELECT 1 FROM threads WHERE tenant = %(tenant)s AND subject = %(key)s)"
+)
+MOVE_LINKS = """
+WITH gone AS (
+  DELETE FROM memory_links WHERE tenant = %(tenant)s AND (key = %(old)s OR other = %(old)s)
+  RETURNING key, other, created_at)
+INSERT INTO memory_links
+SELECT %(tenant)s, CASE WHEN key = %(old)s THEN %(new)s ELSE key END,
+       CASE WHEN other = %(old)s THEN %(new)s ELSE other END, min(created_at)
+FROM gone WHERE NOT (key = %(old)s AND other = %(new)s) AND NOT (key = %(new)s AND other = %(old)s)
+GROUP BY 2, 3
+ON CONFLICT DO NOTHING
+"""
+JOURNAL_SUBJECT = """
+INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq)
+SELECT t.id, coalesce((SELECT max(j.seq) FROM state_journal j WHERE j.thread_id = t.id), 0) + 1,
+       'update', '_subject', %(value)s, t.runs, %(now)s, t.last_seq
+FROM threads t WHERE t.tenant = %(tenant)s AND t.subject = %(old)s
+"""
+THREAD_SUBJECT = """
+UPDATE threads SET subject = %(new)s,
+  state = CASE WHEN state IS NULL THEN NULL
+               ELSE jsonb_set(state::jsonb, '{_subject}', to_jsonb(%(value)s::text))::text END
+WHERE tenant = %(tenant)s AND subject = %(old)s
+"""
+MOVE_HISTORY = "UPDATE memory_history SET subject = %s WHERE tenant = %s AND subject = %s"

@@ -21,6 +21,7 @@ the extension could not be loaded on the store's connections,
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -298,6 +299,30 @@ class SQLiteMemoryBackend:
         def job(c: Conn) -> int:
             vectors = self._vec and self._vec_dim(c) is not None
             return write.rebind(c, tenant, old, new, mode, now, actor, vectors=vectors)
+
+        return self._write(job)
+
+    def binding_meta(self) -> tuple[str, bool]:
+        def job(c: Conn) -> tuple[str, bool]:
+            # made by the schema (or its migration); made here for a file that lost it
+            c.execute(
+                "INSERT OR IGNORE INTO memory_meta VALUES ('binding_secret', ?)", (secrets.token_hex(32),)
+            )
+            rows = dict(
+                c.execute(
+                    "SELECT name, value FROM memory_meta WHERE name IN ('binding_secret', 'binding_legacy')"
+                ).fetchall()
+            )
+            return str(rows["binding_secret"]), rows.get("binding_legacy") == "1"
+
+        return self._write(job)
+
+    def migrate_key(
+        self, tenant: str, old: str, new: str, legacy: dict[str, str], now: float, actor: str
+    ) -> int | None:
+        def job(c: Conn) -> int | None:
+            vectors = self._vec and self._vec_dim(c) is not None
+            return write.migrate_key(c, tenant, old, new, legacy, now, actor, vectors=vectors)
 
         return self._write(job)
 

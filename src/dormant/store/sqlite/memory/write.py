@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from ....errors import StoreError, UsageError
 from ....memory.backend import RebindMode
 from ....memory.fulltext import index_text
@@ -134,3 +136,67 @@ def link(c: Conn, tenant: str, a: str, b: str, mode: str, now: float, actor: str
     if changed:
         history(c, tenant, mode, a, None, actor, now, f"{a} <-> {b}")
     return changed // 2
+
+
+def migrate_key(
+    c: Conn,
+    tenant: str,
+    old: str,
+    new: str,
+    legacy: dict[str, str],
+    now: float,
+    actor: str,
+    *,
+    vectors: bool,
+) -> int | None:
+    """Move key ``old`` of the previous scheme to ``new`` (see
+    :meth:`~dormant.memory.backend.MemoryBackend.migrate_key`); the records moved, None
+    when there was nothing to move (``old`` unknown here, or moved already)."""
+    for part, h in legacy.items():  # the unkeyed part hashes would reveal the parts
+        c.execute(
+            "DELETE FROM memory_identity WHERE tenant = ? AND part = ? AND part_hash = ? AND key IN (?, ?)",
+            (tenant, part, h, old, new),
+        )
+    if c.execute("SELECT 1 FROM memory_moves WHERE tenant = ? AND old_key = ?", (tenant, old)).fetchone():
+        return None
+    (known,) = c.execute(
+        "SELECT EXISTS (SELECT 1 FROM memory_records WHERE tenant = ?1 AND subject = ?2) "
+        "OR EXISTS (SELECT 1 FROM memory_links WHERE tenant = ?1 AND key = ?2) "
+        "OR EXISTS (SELECT 1 FROM memory_history WHERE tenant = ?1 AND subject = ?2) "
+        "OR EXISTS (SELECT 1 FROM threads WHERE tenant = ?1 AND subject = ?2)",
+        (tenant, old),
+    ).fetchone()
+    if not known:
+        return None
+    moved = rebind(c, tenant, old, new, "move", now, actor, vectors=vectors)
+    # the same identity, re-keyed: its history reads under the new key (no old key left in it)
+    c.execute("UPDATE memory_history SET subject = ? WHERE tenant = ? AND subject = ?", (new, tenant, old))
+    for column in ("key", "other"):
+        c.execute(
+            f"UPDATE OR IGNORE memory_links SET {column} = ? WHERE tenant = ? AND {column} = ?",
+            (new, tenant, old),
+        )
+    c.execute(
+        "DELETE FROM memory_links WHERE tenant = ? AND (key = ?2 OR other = ?2 OR key = other)", (tenant, old)
+    )
+    # the threads whose subject it is: a journaled change of their `_subject` register
+    # (time travel and recovery see the new key from here on) and their row
+    value = msgspec.json.encode(new).decode()
+    threads = c.execute(
+        "SELECT id, runs, last_seq FROM threads WHERE tenant = ? AND subject = ?", (tenant, old)
+    ).fetchall()
+    for thread_id, runs, last_seq in threads:
+        (top,) = c.execute(
+            "SELECT coalesce(max(seq), 0) FROM state_journal WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+        c.execute(
+            "INSERT INTO state_journal (thread_id, seq, kind, key, value, run, created_at, msg_seq) "
+            "VALUES (?, ?, 'update', '_subject', ?, ?, ?, ?)",
+            (thread_id, int(top) + 1, value, runs, now, last_seq),
+        )
+        c.execute(
+            "UPDATE threads SET subject = ?1, state = CASE WHEN state IS NULL THEN NULL "
+            "ELSE json_set(state, '$._subject', ?2) END WHERE id = ?3",
+            (new, value, thread_id),
+        )
+    return moved
