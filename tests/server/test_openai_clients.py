@@ -13,7 +13,7 @@ from langchain_openai import ChatOpenAI
 from dormant.agent import Agent
 from dormant.models.scripted import ScriptedModel
 from tests.server.support import Served, serve
-from tests.server.test_openai import Gate, lookup, weather_script
+from tests.server.test_openai import GET_WEATHER, Gate, lookup, weather_script
 
 __all__ = ["Gate"]
 
@@ -114,10 +114,9 @@ async def test_langchain_chat_openai_multi_turn_streaming_tools_and_retries() ->
             texts = [m["content"] for m in page]
         assert texts == ["hello", "echo: hello", "again", "echo: again", "more", "echo: more"]
         # tools: the call ends the turn with tool_calls; the client's tool message answers it
-        tool_schema = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
-        with_tools = chat_model(s, "lc-tools").bind_tools([tool_schema])
+        with_tools = chat_model(s, "lc-tools").bind_tools([GET_WEATHER])
         asked = await with_tools.ainvoke([HumanMessage("weather?")])
-        assert isinstance(asked, AIMessage) and asked.tool_calls and asked.tool_calls[0]["name"] == "lookup"
+        assert isinstance(asked, AIMessage) and asked.tool_calls and asked.tool_calls[0]["name"] == "get_weather"
         call_id = asked.tool_calls[0]["id"]
         assert call_id is not None
         answered = await with_tools.ainvoke(
