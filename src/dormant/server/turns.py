@@ -92,12 +92,15 @@ async def exchange(
         except NotFound:
             start = 0
         call_ids = set()
+        repeated = []  # whether each answer was given before (a retried request)
         for answer in answers:
-            await rt.post_tool_result(thread_id, answer.call_id, answer.content, tenant=tenant)
+            given = await rt.post_tool_result(thread_id, answer.call_id, answer.content, tenant=tenant)
             call_ids.add(answer.call_id)
+            repeated.append(given.duplicate)
         admissions = await rt.admit(items, tenant=tenant) if items else []
         input_ids = {a.input_id for a in admissions}
-        if admissions and all(a.duplicate for a in admissions) and not answers:
+        seen = [a.duplicate for a in admissions] + repeated
+        if seen and all(seen):  # nothing new: replay the turn that followed it
             anchor = await _anchor(state, thread_id, tenant, input_ids, call_ids)
             start = start if anchor is None else anchor  # seq 0 is an anchor too
         yield None  # durable: the admission's errors are behind us
