@@ -123,13 +123,14 @@ async def test_chat_streaming_ends_with_the_call_and_streams_the_answer() -> Non
             tools=[GET_WEATHER],  # type: ignore[list-item]
             stream=True,
         )
+        assert isinstance(stream, openai.AsyncStream)
         calls: list[Any] = []
         finish = None
         async for chunk in stream:
             for choice in chunk.choices:
                 calls += choice.delta.tool_calls or []
                 finish = choice.finish_reason or finish
-        assert finish == "tool_calls" and [x.function.name for x in calls] == ["get_weather"]  # type: ignore[union-attr]
+        assert finish == "tool_calls" and [x.function.name for x in calls] == ["get_weather"]
         call = calls[0]
         messages += [
             {
@@ -146,6 +147,7 @@ async def test_chat_streaming_ends_with_the_call_and_streams_the_answer() -> Non
             tools=[GET_WEATHER],  # type: ignore[list-item]
             stream=True,
         )
+        assert isinstance(stream, openai.AsyncStream)
         text = "".join([ch.choices[0].delta.content or "" async for ch in stream if ch.choices])
         assert text == "weather: foggy"
 
@@ -185,7 +187,7 @@ async def _settled(s: Served, thread_id: str) -> list[dict[str, Any]]:
 async def test_responses_function_call_and_function_call_output() -> None:
     async with serve(agents()) as s:
         c = client(s)
-        tools: Any = [{"type": "function", **GET_WEATHER["function"]}]
+        tools: Any = [{"type": "function", **GET_WEATHER["function"]}]  # type: ignore[dict-item]
         asked = await c.responses.create(model="assistant", input="weather?", tools=tools)
         assert {"lookup", "get_weather"} <= SEEN[-1]
         (fc,) = [item for item in asked.output if item.type == "function_call"]
@@ -218,12 +220,12 @@ async def test_refused_declarations_write_nothing() -> None:
     async with serve(agents()) as s:
         c = client(s)
         clash: Any = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
-        with pytest.raises(openai.BadRequestError, match="lookup.*own tools"):
+        with pytest.raises(openai.BadRequestError, match=r"lookup.*own tools"):
             await c.chat.completions.create(
                 model="assistant", user="d", messages=[{"role": "user", "content": "hi"}], tools=clash
             )
         bad_name: Any = [{"type": "function", "function": {"name": "get weather!"}}]
-        with pytest.raises(openai.BadRequestError, match="tools.0.function.name"):
+        with pytest.raises(openai.BadRequestError, match=r"tools\.0\.function\.name"):
             await c.chat.completions.create(
                 model="assistant", user="d", messages=[{"role": "user", "content": "hi"}], tools=bad_name
             )

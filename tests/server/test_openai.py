@@ -175,7 +175,7 @@ async def test_responses_with_conversation_previous_id_streaming_and_tools() -> 
         assert (
             "".join(deltas) == "echo: streamed" and done is not None and done.output_text == "echo: streamed"
         )
-        tools = [{"type": "function", **GET_WEATHER["function"]}]
+        tools = [{"type": "function", **GET_WEATHER["function"]}]  # type: ignore[dict-item]
         asked = await c.responses.create(model="assistant", input="weather?", tools=tools)  # type: ignore[arg-type]
         (fc,) = [item for item in asked.output if item.type == "function_call"]
         assert fc.name == "get_weather"
