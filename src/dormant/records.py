@@ -31,7 +31,9 @@ INPUT_KINDS: frozenset[str] = frozenset({"user", "tool_result", "timer", "event"
 Role = Literal["user", "assistant", "tool"]
 ThreadStatus = Literal["active", "failed"]
 #: A completed call leaves the outbox (its result is in the history); dead and unknown stay.
-OutboxStatus = Literal["pending", "running", "dead", "unknown"]
+#: An ``external`` call (to a tool the client declared) is never claimed by a dispatcher:
+#: it waits for the client's answer (:meth:`Store.complete_call`), however long.
+OutboxStatus = Literal["pending", "running", "dead", "unknown", "external"]
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,10 +125,17 @@ class NewInput(msgspec.Struct, frozen=True, kw_only=True):
     #: stored with its dedup key: a later admission of the same key with another
     #: fingerprint is refused (IdempotencyMismatch) and writes nothing; None: not checked
     fingerprint: str | None = None
+    #: the tools the sender runs itself (a JSON array of function schemas, at most
+    #: :data:`MAX_CLIENT_TOOLS_BYTES`; see :mod:`dormant.tools.external`): when the input is
+    #: admitted (not a duplicate) they become its thread's :attr:`Thread.client_tools`,
+    #: ``"[]"`` clearing them; None leaves the thread's as they are
+    tools: str | None = None
 
 
 #: Longest :attr:`NewInput.fingerprint` (a hash in hex, with a short scheme prefix).
 MAX_FINGERPRINT = 128
+#: Most bytes (UTF-8) of :attr:`NewInput.tools`, the client's tool schemas as JSON.
+MAX_CLIENT_TOOLS_BYTES = 64 * 1024
 
 
 class Input(msgspec.Struct, frozen=True, kw_only=True):
@@ -183,6 +192,11 @@ class Thread(msgspec.Struct, frozen=True, kw_only=True):
     #: circuit breaker open), and until when; None once a slice commits or fails
     wait_reason: str | None = None
     wait_until: float = 0.0
+    #: the tools its client runs itself (JSON array of function schemas), shown to the
+    #: model beside the agent's own; a call to one is an ``external`` outbox entry that
+    #: waits for the client's answer. Set by the newest admitted input that carried
+    #: :attr:`NewInput.tools`; None: none
+    client_tools: str | None = None
 
     @property
     def usage(self) -> Usage:
@@ -285,12 +299,15 @@ class SliceLoad(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class NewCall(msgspec.Struct, frozen=True, kw_only=True):
-    """An async tool call to put in the outbox."""
+    """An async tool call to put in the outbox; an ``external`` one (a client tool's) is
+    stored with status ``external``: no dispatcher claims it, only an answer from
+    outside (:meth:`Store.complete_call`) ends it."""
 
     call_id: str
     tool: str
     arguments: str
     idempotent: bool = False
+    external: bool = False
 
 
 class NewThread(msgspec.Struct, frozen=True, kw_only=True):

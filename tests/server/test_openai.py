@@ -34,12 +34,27 @@ async def lookup(city: str) -> str:
     return "from the dispatcher"
 
 
+#: The tool a client declares and runs itself in these tests (the agent's own is ``lookup``).
+GET_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
 def weather_script(request: ModelRequest) -> ModelReply:
+    """Asked about the weather, call the client's ``get_weather`` when the request shows it
+    (else the agent's own ``lookup``); given a tool result, answer with it."""
     last = request.messages[-1]
     if last.role == "tool":
         return ModelReply(text=f"weather: {last.content}")
     if "weather" in last.content:
-        call = ToolCall(id=f"call_{os.urandom(4).hex()}", name="lookup", arguments='{"city": "Paris"}')
+        shown = {t["function"]["name"] for t in request.tools}
+        name = "get_weather" if "get_weather" in shown else "lookup"
+        call = ToolCall(id=f"call_{os.urandom(4).hex()}", name=name, arguments='{"city": "Paris"}')
         return ModelReply(text="", tool_calls=(call,))
     return echo_script(request)
 
@@ -114,13 +129,13 @@ async def test_chat_completion_streams_chunks_with_usage() -> None:
 async def test_chat_completion_tool_calls_round_trip() -> None:
     async with serve(agents()) as s:
         c = client(s)
-        tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+        tools = [GET_WEATHER]
         messages: list[dict[str, object]] = [{"role": "user", "content": "weather?"}]
         r = await c.chat.completions.create(model="assistant", user="w", messages=messages, tools=tools)  # type: ignore[arg-type]
         choice = r.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
         call = choice.message.tool_calls[0]
-        assert call.function.name == "lookup"  # type: ignore[union-attr]
+        assert call.function.name == "get_weather"  # type: ignore[union-attr]
         messages += [
             {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
             {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
@@ -160,9 +175,10 @@ async def test_responses_with_conversation_previous_id_streaming_and_tools() -> 
         assert (
             "".join(deltas) == "echo: streamed" and done is not None and done.output_text == "echo: streamed"
         )
-        tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+        tools = [{"type": "function", **GET_WEATHER["function"]}]  # type: ignore[dict-item]
         asked = await c.responses.create(model="assistant", input="weather?", tools=tools)  # type: ignore[arg-type]
         (fc,) = [item for item in asked.output if item.type == "function_call"]
+        assert fc.name == "get_weather"
         answered = await c.responses.create(
             model="assistant",
             previous_response_id=asked.id,

@@ -13,7 +13,7 @@ from langchain_openai import ChatOpenAI
 from dormant.agent import Agent
 from dormant.models.scripted import ScriptedModel
 from tests.server.support import Served, serve
-from tests.server.test_openai import Gate, lookup, weather_script
+from tests.server.test_openai import GET_WEATHER, Gate, lookup, weather_script
 
 __all__ = ["Gate"]
 
@@ -114,10 +114,11 @@ async def test_langchain_chat_openai_multi_turn_streaming_tools_and_retries() ->
             texts = [m["content"] for m in page]
         assert texts == ["hello", "echo: hello", "again", "echo: again", "more", "echo: more"]
         # tools: the call ends the turn with tool_calls; the client's tool message answers it
-        tool_schema = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
-        with_tools = chat_model(s, "lc-tools").bind_tools([tool_schema])
+        with_tools = chat_model(s, "lc-tools").bind_tools([GET_WEATHER])
         asked = await with_tools.ainvoke([HumanMessage("weather?")])
-        assert isinstance(asked, AIMessage) and asked.tool_calls and asked.tool_calls[0]["name"] == "lookup"
+        assert (
+            isinstance(asked, AIMessage) and asked.tool_calls and asked.tool_calls[0]["name"] == "get_weather"
+        )
         call_id = asked.tool_calls[0]["id"]
         assert call_id is not None
         answered = await with_tools.ainvoke(
@@ -132,3 +133,27 @@ async def test_langchain_gets_a_clear_error_for_an_unknown_model() -> None:
         llm = ChatOpenAI(model="gpt-4o", base_url=s.url + "/v1", api_key=s.key_a, max_retries=0)  # type: ignore[arg-type]
         with pytest.raises(openai.NotFoundError, match="gpt-4o"):
             await llm.ainvoke([HumanMessage("hi")])
+
+
+async def test_langchain_bind_tools_streaming_and_a_retried_tool_answer() -> None:
+    """``bind_tools`` with a tool the client runs: the call streams back, the client's
+    ToolMessage answers it, a retry of that answer is appended once."""
+    async with serve(agents()) as s:
+        with_tools = chat_model(s, "lc-stream-tools").bind_tools([GET_WEATHER])
+        chunks = [chunk async for chunk in with_tools.astream([HumanMessage("weather today?")])]
+        asked = chunks[0]
+        for more in chunks[1:]:
+            asked = asked + more  # type: ignore[assignment]
+        assert isinstance(asked, AIMessage) and [c["name"] for c in asked.tool_calls] == ["get_weather"]
+        call_id = asked.tool_calls[0]["id"]
+        assert call_id is not None
+        conversation = [HumanMessage("weather today?"), asked, ToolMessage("cloudy", tool_call_id=call_id)]
+        streamed = "".join([str(chunk.content) async for chunk in with_tools.astream(conversation)])
+        assert streamed == "weather: cloudy"
+        retried = await with_tools.ainvoke(conversation)
+        assert retried.content == "weather: cloudy"
+        async with s.client() as h:
+            (thread,) = (await h.get("/v1/threads")).json()["items"]
+            page = (await h.get(f"/v1/threads/{thread['id']}/messages")).json()["items"]
+        assert [m["content"] for m in page if m["role"] == "tool"] == ["cloudy"]
+        assert thread["awaiting"] == 0

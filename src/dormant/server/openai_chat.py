@@ -7,7 +7,12 @@ the server appends only what it has not seen: each user message is admitted with
 dedup key that is the hash of the conversation prefix ending at it, so messages
 already admitted are duplicates and change nothing, and a ``tool`` message answers
 the open call it names (the first answer wins). ``system`` messages are ignored: the
-agent has its own system prompt. ``model`` names the agent (else the default one).
+agent has its own system prompt. ``model`` names the agent.
+
+``tools`` are the client's own (:mod:`dormant.tools.external`): stored with the request's
+user messages, shown to the model beside the agent's tools; a call to one ends the
+answer with ``finish_reason="tool_calls"`` and waits, durably, for the ``tool`` message
+of a later request of the session. A request that declares tools needs a session.
 
 Without a session the request is stateless: a scratch thread gets the user messages,
 answers, and is deleted.
@@ -33,9 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import DormantError, UsageError, http_status
 from ..records import NewInput
 from ..tenants.scope import Scope
+from ..tools import external
 from . import openai_errors
 from .inflight import ClientGone, until_disconnect
-from .openai_input import content_text
+from .openai_input import client_tools, content_text
 from .openai_models import model_agent
 from .routes import ERRORS, TenantScope, check_size
 from .state import ServerState, state_of
@@ -74,7 +80,7 @@ def text_of(message: ChatMessage, where: str = "message") -> str:
 
 
 def unseen(
-    messages: list[ChatMessage], thread_id: str, agent: str, request: Request
+    messages: list[ChatMessage], thread_id: str, agent: str, request: Request, tools: str | None = None
 ) -> tuple[list[NewInput], list[Answer], str]:
     """The inputs and tool answers of a conversation, keyed by the hash of their prefix,
     and the hash of the whole conversation (what makes two requests identical)."""
@@ -90,7 +96,11 @@ def unseen(
         if message.role == "user":
             check_size(request, text)
             key = f"chat:{chain.hexdigest()[:48]}"
-            items.append(NewInput(thread_id=thread_id, kind="user", dedup_key=key, content=text, agent=agent))
+            items.append(
+                NewInput(
+                    thread_id=thread_id, kind="user", dedup_key=key, content=text, agent=agent, tools=tools
+                )
+            )
         elif message.role == "tool":
             if not message.tool_call_id:
                 raise UsageError("a tool message needs its tool_call_id")
@@ -208,16 +218,22 @@ async def chat_completions(
     agent = model_agent(rt, body.model)
     name = session or body.user
     thread_id = session_thread(scope, name) if name else scope.inner(f"scratch-{uuid.uuid4().hex}")
-    items, answers, digest = unseen(body.messages, thread_id, agent, request)
+    declared = external.from_chat(body.tools) if body.tools else []
+    if declared and not name:
+        raise UsageError(
+            "tools: a request that declares client tools needs a session (send `user` or the "
+            "X-Dormant-Session header), so that its tool messages can answer the calls"
+        )
+    tools_json, names = client_tools(rt, agent, declared)
+    items, answers, digest = unseen(body.messages, thread_id, agent, request, tools_json)
     if not name:
         answers = []  # a stateless request has no open calls to answer
-    client_tools = bool(body.tools)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     headers = {"X-Dormant-Thread": scope.outer(thread_id)}
 
     async def start() -> AsyncGenerator[str | Outcome, None]:
         return await admitted(
-            exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=client_tools)
+            exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=names)
         )
 
     if body.stream:
@@ -245,7 +261,7 @@ async def chat_completions(
 
     try:
         if name:  # identical requests of one session share the wait
-            key = (scope.tenant_id, thread_id, digest, "tools" if client_tools else "")
+            key = (scope.tenant_id, thread_id, digest, hashlib.sha256(tools_json.encode()).hexdigest())
             outcome = await state.flights.run(key, answer, request)
         else:
             outcome = await until_disconnect(answer(), request)

@@ -6,8 +6,13 @@ A ``conversation`` (an id, or ``{"id": ...}``) names the tenant's thread
 thread is made, and the answer's id continues it. ``input`` is text or a list of
 items: user messages are admitted, ``function_call_output`` items answer the open
 call they name. An ``Idempotency-Key`` header makes a retried request admit nothing
-twice. ``model`` names the agent (else the default one). Streaming sends the
+twice. ``model`` names the agent. Streaming sends the
 Responses event sequence (``response.created`` … ``response.completed``).
+
+``tools`` of type ``function`` are the client's own (:mod:`dormant.tools.external`): a
+call to one ends the response with a ``function_call`` item, and a
+``function_call_output`` item of a later request (after ``previous_response_id``)
+answers it; built-in tool types are refused, 400.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import DormantError, IdempotencyMismatch, NotFound, UsageError
 from ..records import NewInput
 from ..tenants.scope import Scope
+from ..tools import external
 from .idempotency import body_fingerprint
 from .inflight import ClientGone, until_disconnect
-from .openai_input import content_text
+from .openai_input import client_tools, content_text
 from .openai_models import model_agent
 from .routes import ERRORS, TenantScope, check_size
 from .state import state_of
@@ -108,7 +114,12 @@ def dedup_prefix(body: ResponsesRequest, key: str | None) -> str | None:
 
 
 def parse_input(
-    body: ResponsesRequest, thread_id: str, agent: str, key: str | None, request: Request
+    body: ResponsesRequest,
+    thread_id: str,
+    agent: str,
+    key: str | None,
+    request: Request,
+    tools: str | None = None,
 ) -> tuple[list[NewInput], list[Answer]]:
     """The user inputs and tool answers of a request's ``input``; a part or item the agent
     cannot take (an image, audio, a file) is refused, 400."""
@@ -151,6 +162,7 @@ def parse_input(
                     content=text,
                     agent=agent,
                     fingerprint=signed,
+                    tools=tools,
                 )
             )
         elif kind in ("function_call", "reasoning"):
@@ -290,14 +302,16 @@ async def responses(
         await rt.thread(
             thread_id, tenant=scope.tenant_id
         )  # 404 for a response id of no thread of this tenant
-    items, answers = parse_input(body, thread_id, agent, idempotency_key, request)
+    declared = external.from_responses(body.tools) if body.tools else []
+    tools_json, names = client_tools(rt, agent, declared)
+    items, answers = parse_input(body, thread_id, agent, idempotency_key, request, tools_json)
     extra: dict[str, Any] = {"previous_response_id": body.previous_response_id}
     if body.conversation is not None:
         cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id
         extra["conversation"] = {"id": cid}
     try:
         turns = await admitted(
-            exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=bool(body.tools))
+            exchange(state, thread_id, items, answers, tenant=scope.tenant_id, client_tools=names)
         )
     except IdempotencyMismatch:
         raise IdempotencyMismatch(

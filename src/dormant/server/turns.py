@@ -4,9 +4,10 @@
 thread through the hub until the agent's turn ends, yielding live text as it
 streams and finally an :class:`Outcome`. The turn ends when the newest message is
 an assistant reply without tool calls (``stop``; ``length`` when the output cap cut
-it), or, when the client said it runs
-tools itself, an assistant reply whose async calls are open (``tool_calls``). A
-failed thread raises :class:`~dormant.errors.ModelError` with its error.
+it), or an assistant reply that called one of the client's own tools (``client_tools``,
+:mod:`dormant.tools.external`) not answered yet (``tool_calls``, those calls only: the
+agent's own calls are the dispatcher's, and the turn waits for them). A failed thread
+raises :class:`~dormant.errors.ModelError` with its error.
 
 Nothing is kept in memory but the messages of this one turn (capped by
 ``MAX_TURN_MESSAGES``): the thread, its history and the answers stay in the store.
@@ -73,7 +74,7 @@ async def exchange(
     answers: Sequence[Answer] = (),
     *,
     tenant: str,
-    client_tools: bool = False,
+    client_tools: frozenset[str] = frozenset(),
 ) -> AsyncGenerator[str | Outcome | None, None]:
     """Admit ``items`` and ``answers`` to stored thread ``thread_id`` of ``tenant``, then
     yield None once they are durable (so a caller can answer a refused admission with its
@@ -91,12 +92,15 @@ async def exchange(
         except NotFound:
             start = 0
         call_ids = set()
+        repeated = []  # whether each answer was given before (a retried request)
         for answer in answers:
-            await rt.post_tool_result(thread_id, answer.call_id, answer.content, tenant=tenant)
+            given = await rt.post_tool_result(thread_id, answer.call_id, answer.content, tenant=tenant)
             call_ids.add(answer.call_id)
+            repeated.append(given.duplicate)
         admissions = await rt.admit(items, tenant=tenant) if items else []
         input_ids = {a.input_id for a in admissions}
-        if admissions and all(a.duplicate for a in admissions) and not answers:
+        seen = [a.duplicate for a in admissions] + repeated
+        if seen and all(seen):  # nothing new: replay the turn that followed it
             anchor = await _anchor(state, thread_id, tenant, input_ids, call_ids)
             start = start if anchor is None else anchor  # seq 0 is an anchor too
         yield None  # durable: the admission's errors are behind us
@@ -126,14 +130,14 @@ async def exchange(
                     if thread.status == "failed":
                         raise ModelError(f"the thread failed: {thread.error}", retryable=False)
                     last = turn[-1] if turn else None
-                    if last is not None and last.role == "assistant":
-                        if not last.tool_calls:
-                            reason = "length" if last.cut else "stop"  # cut by the output cap
-                            yield _outcome(thread_id, last, reason, (), prompt, turn)
-                            return
-                        if client_tools and thread.awaiting > 0:
-                            yield _outcome(thread_id, last, "tool_calls", last.tool_calls, prompt, turn)
-                            return
+                    if last is not None and last.role == "assistant" and not last.tool_calls:
+                        reason = "length" if last.cut else "stop"  # cut by the output cap
+                        yield _outcome(thread_id, last, reason, (), prompt, turn)
+                        return
+                    asked = open_client_calls(turn, client_tools)
+                    if asked is not None:
+                        yield _outcome(thread_id, asked[0], "tool_calls", asked[1], prompt, turn)
+                        return
                     await sub.wake.wait()
                     if state.hub.closing:
                         raise ShuttingDown(
@@ -145,6 +149,24 @@ async def exchange(
                 f"no reply within {state.config.reply_timeout_s:g}s; the input is durable and will be "
                 "answered (read it from the thread's messages)"
             ) from None
+
+
+def open_client_calls(
+    turn: Sequence[Message], client_tools: frozenset[str]
+) -> tuple[Message, tuple[ToolCall, ...]] | None:
+    """The newest assistant message of ``turn`` and its calls to ``client_tools`` that no
+    later message of ``turn`` answers, or None when there are none (the client has
+    nothing to run: the turn goes on)."""
+    if not client_tools:
+        return None
+    for index in range(len(turn) - 1, -1, -1):
+        message = turn[index]
+        if message.role != "assistant":
+            continue
+        answered = {m.tool_call_id for m in turn[index + 1 :] if m.role == "tool"}
+        calls = tuple(c for c in message.tool_calls if c.name in client_tools and c.id not in answered)
+        return (message, calls) if calls else None
+    return None
 
 
 async def admitted(

@@ -55,6 +55,7 @@ from ..records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, U
 from ..store.base import Store
 from ..text import clean
 from ..tokens import TokenCounter
+from ..tools import external
 from ..tools.blobs import stored_output
 from ..tools.pool import ToolThreads
 from ..tools.spec import ToolContext, timeout_reason
@@ -282,6 +283,11 @@ class SliceRunner:
         found: tuple[facts.Fact, ...] = ()
         if compaction.due(load, limits, self.pages[agent.name].compact_at):
             load, summary, spent, found = await self._compact(load, agent, limits, counter)
+        turn_limits = limits
+        client_tools = external.decode(load.thread.client_tools)
+        if client_tools:  # within the prompt budget like the agent's own schemas
+            turn_limits = external.within(limits, client_tools)
+            load = msgspec.structs.replace(load, usage=None)  # weighed again under those limits
         turn = Turn(
             load,
             token=claim.token,
@@ -290,9 +296,10 @@ class SliceRunner:
             max_rounds=self.settings.max_rounds,
             now=self.clock(),
             summary=summary,
-            limits=limits,
+            limits=turn_limits,
             usage=spent,
             sections=prepared.sections if prepared is not None else "",
+            external=client_tools,
         )
         handle = prepared.handle if prepared is not None else None
         while turn.wants_model:

@@ -10,6 +10,9 @@ keeps the hardest rules testable without a database or a model:
 * every assistant tool call gets exactly one tool result: inline results and
   error results (unknown tool, invalid arguments) in this slice, async results
   later through the inbox;
+* a call to a client tool (``external``: declared by the thread's client, see
+  :mod:`dormant.tools.external`) is an outbox entry no dispatcher runs: the thread
+  waits for the client's answer like any async call;
 * inline rounds are bounded; nothing is committed until the plan is taken.
 """
 
@@ -124,8 +127,12 @@ class Turn:
         limits: ViewLimits | None = None,
         usage: Usage | None = None,
         sections: str = "",
+        external: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.thread = load.thread
+        #: the client's tool schemas (shown to the model after the agent's own) and names
+        self.external = tuple(external)
+        self._external_names = frozenset(schema["function"]["name"] for schema in self.external)
         #: the state and memories sections shown after the summary (:mod:`dormant.view.sections`)
         self.sections = sections
         self.limits = limits
@@ -197,7 +204,7 @@ class Turn:
             thread_id=self.thread.id,
             system=self.system,
             messages=messages,
-            tools=self.tools.schemas,
+            tools=self.tools.schemas + self.external,
             summary=compose(self._summary.content if self._summary is not None else None, self.sections),
         )
 
@@ -232,6 +239,13 @@ class Turn:
         children = -1  # counted when an inline call needs it (a scan of the view)
         for call in calls:
             spec = self.tools.get(call.name)
+            if spec is None and call.name in self._external_names:
+                # the client runs it: an outbox entry no dispatcher claims, answered from outside
+                self._calls.append(
+                    NewCall(call_id=call.id, tool=call.name, arguments=call.arguments, external=True)
+                )
+                self._awaiting += 1
+                continue
             if spec is None:
                 errors.append((call, f"error: unknown tool {call.name!r}"))
                 continue

@@ -29,6 +29,7 @@ from ..errors import InvalidInput, NotFound, StoreError, UsageError
 from ..journal.rules import validate_changes, validate_state
 from ..memory.registers import is_binding_key
 from ..records import (
+    MAX_CLIENT_TOOLS_BYTES,
     MAX_FINGERPRINT,
     Admission,
     BlobRef,
@@ -140,7 +141,10 @@ def validate(items: Sequence[NewInput], max_input_bytes: int) -> None:
             item.call_id,
             item.tool_name,
             item.agent,
+            item.tools,
         )
+        if item.tools is not None and len(item.tools.encode()) > MAX_CLIENT_TOOLS_BYTES:
+            raise InvalidInput(f"an input's client tools are at most {MAX_CLIENT_TOOLS_BYTES} bytes of JSON")
         if item.fingerprint is not None and not 0 < len(item.fingerprint) <= MAX_FINGERPRINT:
             raise InvalidInput(f"an input's fingerprint is 1 to {MAX_FINGERPRINT} characters (a hash)")
         if any(text and "\x00" in text for text in texts):

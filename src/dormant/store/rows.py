@@ -31,7 +31,7 @@ from ..records import (
 THREAD_COLS = (
     "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at, "
     "tokens, summarized_tokens, summary_seq, usage_prompt, usage_completion, usage_cached, "
-    "wait_reason, wait_until"
+    "wait_reason, wait_until, client_tools"
 )
 INPUT_COLS = (
     "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
@@ -83,6 +83,7 @@ def row_thread(row: Sequence[Any]) -> Thread:
         usage_cached=row[16],
         wait_reason=row[17],
         wait_until=row[18],
+        client_tools=row[19],
     )
 
 

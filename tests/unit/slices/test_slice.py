@@ -411,3 +411,28 @@ def test_call_ids_are_made_unique_per_thread() -> None:
     assert all(model_id(i) == "call_0" for i in made)
     answered = [m.tool_call_id for m in plan.messages if m.role == "tool"]
     assert answered == made
+
+
+CLIENT_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def test_client_tools_are_shown_and_a_call_to_one_is_an_external_wait() -> None:
+    load = SliceLoad(thread=thread(), view=(), inputs=(inp(1, content="weather?"),))
+    turn = Turn(load, token="tok", system="sys", tools=TOOLS, max_rounds=8, now=NOW, external=[CLIENT_TOOL])
+    names = [t["function"]["name"] for t in turn.request().tools]
+    assert names == ["add", "fetch", "charge", "get_weather"]
+    inline = turn.on_reply(
+        reply("", call("c1", "get_weather", {"city": "Paris"}), call("c2", "fetch", {"url": "u"}))
+    )
+    assert inline == [] and not turn.wants_model
+    plan = turn.plan()
+    assert [(c.tool, c.external) for c in plan.calls] == [("get_weather", True), ("fetch", False)]
+    assert plan.awaiting == 2 and tool_results(plan) == {}, "no error result for a client tool"
+
+
+def test_without_the_declaration_a_client_tool_is_an_unknown_tool() -> None:
+    turn = make_turn([inp(1)])
+    turn.on_reply(reply("", call("c1", "get_weather", {})))
+    plan = turn.plan()
+    assert plan.calls == () and plan.awaiting == 0
+    assert "unknown tool" in next(iter(tool_results(plan).values()))

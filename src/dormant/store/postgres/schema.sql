@@ -53,7 +53,10 @@ CREATE TABLE threads (
     -- commit that journals changes; NULL: not carried (over 64 KiB, or written before
     -- schema 11): replay the journal. Its subject (a binding key), for a subject's threads.
     state             text DEFAULT '{}',
-    subject           text COLLATE "C"
+    subject           text COLLATE "C",
+    -- the tools the thread's client runs itself (JSON function schemas), shown to the model;
+    -- set by the newest admitted input that carried some (NULL: none)
+    client_tools      text
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 -- the claim walks the tenants with ready work, each one's threads by ready_key (CLAIM_THREADS)
 CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
@@ -172,7 +175,7 @@ CREATE TABLE outbox (
     arguments     text NOT NULL,
     idempotent    boolean NOT NULL,
     status        text NOT NULL DEFAULT 'pending'
-                  CHECK (status IN ('pending', 'running', 'dead', 'unknown')),
+                  CHECK (status IN ('pending', 'running', 'dead', 'unknown', 'external')),
     attempts      integer NOT NULL DEFAULT 0,
     available_at  double precision NOT NULL,
     lease_token   text,
@@ -287,7 +290,7 @@ BEGIN
         SELECT * FROM jsonb_to_recordset(p_items) AS x (
             thread_id text, kind text, dedup_key text, content text, priority smallint,
             not_before double precision, call_id text, tool_name text, is_error boolean,
-            source text, agent text, fingerprint text)
+            source text, agent text, fingerprint text, tools text)
     LOOP
         i := i + 1;
         SELECT o.r_input_id, o.r_duplicate INTO r_input_id, r_duplicate
@@ -307,6 +310,10 @@ BEGIN
                 UPDATE input_keys k SET fingerprint = a.fingerprint
                 WHERE k.thread_id = a.thread_id AND k.dedup_key = a.dedup_key;
             END IF;
+        END IF;
+        IF a.tools IS NOT NULL AND NOT r_duplicate THEN
+            -- the client's tools become its thread's ('[]': none)
+            UPDATE threads t SET client_tools = nullif(a.tools, '[]') WHERE t.id = a.thread_id;
         END IF;
         RETURN NEXT;
     END LOOP;
@@ -389,11 +396,13 @@ BEGIN
             finish_reason text, reasoning text, usage jsonb);
     END IF;
     IF jsonb_array_length(p_plan -> 'calls') > 0 THEN
+        -- a call to a client's tool is external: no dispatcher claims it
         INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
-                            created_at)
-        SELECT v_thread, v_agent, c.call_id, c.tool, c.arguments, c.idempotent, p_now, p_now
+                            created_at, status)
+        SELECT v_thread, v_agent, c.call_id, c.tool, c.arguments, c.idempotent, p_now, p_now,
+               CASE WHEN c.external THEN 'external' ELSE 'pending' END
         FROM jsonb_to_recordset(p_plan -> 'calls')
-             AS c (call_id text, tool text, arguments text, idempotent boolean);
+             AS c (call_id text, tool text, arguments text, idempotent boolean, external boolean);
     END IF;
     IF jsonb_array_length(p_plan -> 'threads') > 0 THEN
         INSERT INTO threads (id, agent, parent_id, parent_seq, created_at, updated_at)
@@ -572,7 +581,8 @@ BEGIN
         RETURN;
     END IF;
     DELETE FROM outbox o
-    WHERE o.thread_id = p_thread AND o.call_id = p_call AND o.status IN ('pending', 'running')
+    WHERE o.thread_id = p_thread AND o.call_id = p_call
+      AND o.status IN ('pending', 'running', 'external')
     RETURNING o.tool INTO v_tool;
     IF NOT FOUND THEN
         -- answered meanwhile by another transaction (we waited for its row lock)?

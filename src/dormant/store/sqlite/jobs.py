@@ -89,6 +89,8 @@ def admit_one(conn: Conn, item: NewInput, now: float) -> Admission:
             input_id=known[0], thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=True
         )
     conn.execute(sql.MARK_READY, (key, item.not_before, item.thread_id, item.kind))
+    if item.tools is not None:
+        conn.execute(sql.SET_CLIENT_TOOLS, (item.tools, item.thread_id))
     return Admission(input_id=input_id, thread_id=item.thread_id, dedup_key=item.dedup_key, duplicate=False)
 
 
@@ -178,7 +180,16 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
         conn.executemany(
             sql.INSERT_CALL,
             [
-                (plan.thread_id, c.call_id, c.tool, c.arguments, int(c.idempotent), now, now)
+                (
+                    plan.thread_id,
+                    c.call_id,
+                    c.tool,
+                    c.arguments,
+                    int(c.idempotent),
+                    now,
+                    now,
+                    "external" if c.external else "pending",
+                )
                 for c in plan.calls
             ],
         )

@@ -44,7 +44,10 @@ CREATE TABLE threads (
     -- commit that journals changes; NULL: not carried (over 64 KiB, or written before
     -- schema 9): replay the journal. Its subject (a binding key), for a subject's threads.
     state             TEXT DEFAULT '{}',
-    subject           TEXT
+    subject           TEXT,
+    -- the tools the thread's client runs itself (JSON function schemas), shown to the model;
+    -- set by the newest admitted input that carried some (NULL: none)
+    client_tools      TEXT
 );
 -- the claim walks the tenants with ready work, each one's threads by ready_key, and counts
 -- each tenant's live leases (see CLAIM_THREADS)
@@ -162,8 +165,9 @@ CREATE TABLE outbox (
     tool          TEXT NOT NULL,
     arguments     TEXT NOT NULL,
     idempotent    INTEGER NOT NULL,
+    -- external: a call to a client's tool, never claimed; its answer comes from outside
     status        TEXT NOT NULL DEFAULT 'pending'
-                  CHECK (status IN ('pending', 'running', 'dead', 'unknown')),
+                  CHECK (status IN ('pending', 'running', 'dead', 'unknown', 'external')),
     attempts      INTEGER NOT NULL DEFAULT 0,
     available_at  REAL NOT NULL,
     lease_token   TEXT,

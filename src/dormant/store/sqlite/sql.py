@@ -139,9 +139,11 @@ ORDER BY upto_seq DESC LIMIT 1
 """
 INSERT_CALL = """
 INSERT INTO outbox (thread_id, agent, call_id, tool, arguments, idempotent, available_at,
-                    created_at)
-VALUES (?1, (SELECT agent FROM threads WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)
+                    created_at, status)
+VALUES (?1, (SELECT agent FROM threads WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 """
+# An admitted input that carried the client's tools sets them on its thread ('[]': none).
+SET_CLIENT_TOOLS = "UPDATE threads SET client_tools = nullif(?, '[]') WHERE id = ?"
 # Release a committed slice's lease and recompute readiness with the new awaiting count
 # (:awaiting, not the column: SET expressions see the row's old values).
 # A summary (:upto not NULL) must move forward and cover only stored messages.
@@ -256,7 +258,8 @@ UPDATE outbox SET status = 'unknown', finished_at = ?, lease_token = NULL, lease
 WHERE id = ?
 """
 TAKE_OPEN_CALL = """
-DELETE FROM outbox WHERE thread_id = ? AND call_id = ? AND status IN ('pending', 'running')
+DELETE FROM outbox WHERE thread_id = ? AND call_id = ?
+  AND status IN ('pending', 'running', 'external')
 RETURNING tool
 """
 CALL_RETRY = """
@@ -397,7 +400,8 @@ DOCTOR_UNDELIVERED_SAMPLE = f"SELECT o.thread_id, o.call_id, o.status {_UNDELIVE
 _STALLED = """
 FROM (
     SELECT t.id, t.awaiting,
-        (SELECT COUNT(*) FROM outbox o WHERE o.thread_id = t.id AND o.status IN ('pending', 'running'))
+        (SELECT COUNT(*) FROM outbox o WHERE o.thread_id = t.id
+         AND o.status IN ('pending', 'running', 'external'))
       + (SELECT COUNT(*) FROM inputs i WHERE i.thread_id = t.id AND i.kind = 'tool_result') AS n
     FROM threads t WHERE t.awaiting > 0)
 WHERE awaiting > n
