@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dormant.errors import NotFound, StoreError, UsageError
+from dormant.errors import InvalidInput, NotFound, StoreError, UsageError
 from dormant.store.base import Store
 from dormant.tenants.scope import Scope
 from tests.contract.support import call, plan, take, turn, user
@@ -40,8 +40,8 @@ async def test_a_second_tenant_reaches_nothing_of_the_first(store: Store) -> Non
             await attempt
     with pytest.raises(NotFound):
         b.outer(secret)  # a's stored id is never shown to b as one of its own
-    with pytest.raises(NotFound):
-        b.inner("../" + secret)  # nor can b name it with a path
+    with pytest.raises(InvalidInput):
+        b.inner("../" + secret)  # nor can b name it with a path: malformed, whoever asks
 
     page = await store.list_threads(cursor=b.list_cursor(None), limit=50, tenant=b.tenant_id)
     assert [b.outer(t.id) for t in b.page(page.items)] == ["mine"]
