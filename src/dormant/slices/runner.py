@@ -59,8 +59,7 @@ from ..tools import external
 from ..tools.blobs import stored_output
 from ..tools.pool import ToolThreads
 from ..tools.spec import ToolContext, timeout_reason
-from ..view import budget
-from ..view import builder as context
+from ..view import budget, builder
 from ..view.pages import PagePolicy
 from . import compaction
 from .memory import LoopMemory, Prepared, SubjectMemory
@@ -269,8 +268,8 @@ class SliceRunner:
     async def _attempt(self, claim: Claim, agent: Agent, limits: ViewLimits) -> None:
         """Load a view within ``limits``, run the turn, commit it."""
         load = await self.store.load_slice(claim, limits)
-        # a tokenizer only where bytes cannot prove the next views fit (context.needs_counts)
-        counter = self._counter(limits.encoding) if context.needs_counts(load, limits) else None
+        # a tokenizer only where bytes cannot prove the next views fit (builder.needs_counts)
+        counter = self._counter(limits.encoding) if builder.needs_counts(load, limits) else None
         prepared: Prepared | None = None
         if agent.subject is not None and self.loop_memory is not None:
             started = time.perf_counter()
