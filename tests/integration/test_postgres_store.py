@@ -170,3 +170,36 @@ async def test_bench_scale_reports_the_bytes_postgres_stores(
     result = await run_scale("postgres", agents=4, turns=1, wave=2, out=tmp_path / "scale", concurrency=4)
     assert result.db_bytes > 0 and result.db_bytes_per_agent > 0
     assert all(row.db_bytes > 0 for row in load_waves(tmp_path / "scale" / "waves.csv"))
+
+
+async def test_a_batch_of_large_jobs_runs_without_pipeline_mode(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large parameters are written one statement at a time, never pipelined (a pipelined
+    batch of a few large parameters stalled with bytes left in the client's buffer)."""
+    from dormant.store.postgres import writer
+
+    pipelined: list[int] = []
+    fast = writer.Writer._fast
+
+    async def spy(
+        self: writer.Writer, conn: psycopg.AsyncConnection[object], jobs: list[writer.Job]
+    ) -> object:
+        pipelined.append(sum(job.size for job in jobs))
+        return await fast(self, conn, jobs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer.Writer, "_fast", spy)
+    store = PostgresStore(pg_url, pool_size=1)
+    await store.open()
+    try:
+        big = "x" * 400_000
+        items = [
+            NewInput(thread_id="t1", kind="user", dedup_key=f"k{n}", content=big, agent="a") for n in range(5)
+        ]
+        admitted = await store.admit(items)
+        assert [a.duplicate for a in admitted] == [False] * 5
+        await store.admit([user("t2", "small")])
+        assert pipelined and max(pipelined) <= writer.PIPELINE_MAX_BYTES  # the small ones still are
+        assert (await store.get_thread("t1")).id == "t1"
+    finally:
+        await store.close()

@@ -43,6 +43,12 @@ def channels(schema: str) -> dict[str, str]:
 _FLAGS = (("threads", NOTIFY_THREADS), ("outbox", NOTIFY_OUTBOX))
 #: Times a batch is re-run after a deadlock or serialization failure before it fails.
 BATCH_RETRIES = 5
+#: Batches whose jobs carry more bytes than this run without pipeline mode, one statement
+#: at a time (as after a failed batch): a pipelined batch of a few large parameters was
+#: seen to stall with the last of its bytes still in the client's buffer and the server
+#: waiting to read them. Big batches are rare (large inputs, blobs are chunked) and their
+#: cost is the bytes, not the round trips.
+PIPELINE_MAX_BYTES = 256 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -57,6 +63,7 @@ class Job:
     threads: Sequence[str] = ()  # thread rows it changes
     entries: Sequence[int] = ()  # outbox entries whose thread rows it changes
     notify: int = 0  # NOTIFY_THREADS | NOTIFY_OUTBOX
+    size: int = 256  # its bytes, as its caller estimated them (set by Writer.submit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +112,7 @@ class Writer:
         """Queue ``job`` (``size``: its bytes, for the queue bound); its answer after COMMIT."""
         if self._closing:
             raise StoreError("the store is not open")
+        job.size = size
         return await self._queue.submit(job, size)
 
     async def close(self) -> None:
@@ -132,6 +140,8 @@ class Writer:
             except DormantError as exc:
                 return [(False, exc)] * len(jobs)
             try:
+                if sum(job.size for job in jobs) > PIPELINE_MAX_BYTES:
+                    return await self._careful(conn, jobs)
                 return await self._fast(conn, jobs)
             except (psycopg.Error, DormantError) as exc:
                 if conn.broken or conn.closed:
