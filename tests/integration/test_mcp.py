@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +171,76 @@ async def test_a_server_that_cannot_start_fails_its_calls_clearly_without_showin
         assert agent.toolbox.get("broken__x") is None
     with pytest.raises(Exception, match="exactly one of"):
         McpServer(name="x")
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    """The SDK-built streamable-HTTP server on a free 127.0.0.1 port; its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.mcp_http_server", str(port), HTTP_TOKEN], cwd=root
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as conn:
+                if conn.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+HTTP_TOKEN = "tok-9f8e7d6c5b4a"
+
+
+async def test_a_streamable_http_server_with_headers_answers_through_the_outbox(
+    tmp_path: Path, http_server: str
+) -> None:
+    server = McpServer(
+        name="http", url=http_server, headers={"Authorization": f"Bearer {HTTP_TOKEN}"}, timeout=1.0
+    )
+    calls: dict[str, tuple[str, dict[str, object]]] = {
+        "add": ("http__add", {"a": 40, "b": 2}),
+        "slow": ("http__slow", {"steps": 6}),  # 1.8 s, progress every 0.3 s: the 1 s timeout never ends it
+    }
+    histories, _ = await run_calls(tmp_path, [server], calls)
+    assert tool_result(histories["add"]).content == "42"
+    assert tool_result(histories["slow"]).content == "slow done after 6 steps"
+
+
+async def test_a_refused_http_server_never_shows_its_headers(tmp_path: Path, http_server: str) -> None:
+    wrong = "Bearer wrong-secret-123"
+    link = ServerLink(
+        McpServer(name="http", url=http_server, headers={"Authorization": wrong}, start_timeout=5)
+    )
+    try:
+        with pytest.raises(McpFailure) as caught:
+            await link.call("add", {"a": 1, "b": 2}, idle_timeout=2.0)
+    finally:
+        await link.close()
+    assert not caught.value.sent and "could not start" in str(caught.value)
+    assert "wrong-secret-123" not in str(caught.value) and "127.0.0.1" in str(caught.value)
+
+
+async def test_mcp_calls_failures_timeouts_and_restarts_are_counted_on_metrics(tmp_path: Path) -> None:
+    from dormant.ops.exporter import Exporter, render
+
+    agent = Agent(name="a", model=ScriptedModel(Caller({})), mcp=[faulty_server(timeout=1.0)])
+    async with Runtime(f"sqlite:///{tmp_path}/dormant.db", [agent], settings=fast_settings()) as rt:
+        link = rt.mcp.links["faulty"]
+        await link.call("ok", {"text": "a"}, idle_timeout=5.0)
+        for fault in ("hang", "exit"):
+            with pytest.raises(McpFailure):
+                await link.call(fault, {}, idle_timeout=1.0)
+        await link.call("ok", {"text": "b"}, idle_timeout=5.0)
+        body, _ = await render(Exporter(rt))
+        await rt.mcp.close()
+    text = body.decode()
+    for event, n in (("calls", 4), ("failures", 2), ("timeouts", 1), ("restarts", 2)):
+        assert f'dormant_mcp_total{{event="{event}",server="faulty"}} {n:.1f}' in text, event

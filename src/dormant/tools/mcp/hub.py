@@ -197,9 +197,10 @@ def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
 
 
 async def result_text(result: types.CallToolResult, blobs: BlobWriter | None, thread_id: str) -> str:
-    """The text of ``result``: its text parts, then its structured content as JSON (when
-    no text part already is that JSON); binary parts stored as blobs through ``blobs`` and
-    named by a line each (dropped, and said so, when ``blobs`` is None)."""
+    """The text of ``result``: its text parts, then its structured content as JSON (unless
+    a text part already is that JSON, or the value an SDK wrapped as ``{"result": ...}``);
+    binary parts stored as blobs through ``blobs`` and named by a line each (dropped, and
+    said so, when ``blobs`` is None)."""
     parts: list[str] = []
     for item in result.content:
         if isinstance(item, types.TextContent):
@@ -220,7 +221,10 @@ async def result_text(result: types.CallToolResult, blobs: BlobWriter | None, th
             parts.append(f"[{getattr(item, 'type', type(item).__name__)} content]")
     if result.structured_content is not None:
         encoded = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
-        if not any(_same_json(p, result.structured_content) for p in parts):
+        value = result.structured_content
+        # the SDKs wrap a tool's non-object output as {"result": ...} beside its text
+        wrapped = value["result"] if list(value) == ["result"] else value
+        if not any(p == wrapped or _same_json(p, value) or _same_json(p, wrapped) for p in parts):
             parts.append(encoded)
     return "\n".join(parts)
 

@@ -94,6 +94,9 @@ class ServerLink:
         delay = self._next_start - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+        if self._closing:
+            self._gone.set()
+            return
         started = time.monotonic()
         self.counters["starts"] += 1
         if self.counters["starts"] > 1:
@@ -180,7 +183,7 @@ class ServerLink:
         parts = [f"MCP server {self.config.name!r} ({self.config.where()}) {what}{during}"]
         if exc is not None and not isinstance(exc, asyncio.CancelledError) and what == "could not start":
             detail = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-            parts.append(f"({_first_line(detail)})")
+            parts[0] += f" ({_first_line(detail)})"
         if transport is not None and transport.returncode is not None:
             parts.append(f"exit status {transport.returncode}")
         tail = self.stderr.text(300)
