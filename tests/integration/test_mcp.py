@@ -19,6 +19,7 @@ from dormant import Agent, ModelReply, ModelRequest, Runtime, ScriptedModel, Too
 from dormant.records import Message
 from dormant.tools.mcp import McpServer
 from dormant.tools.mcp.link import McpFailure, ServerLink
+from dormant.tools.mcp.stdio import StderrTail
 from tests.helpers import all_messages, check_history
 from tests.integration.conftest import fast_settings
 from tests.mcp_servers import everything_server, faulty_server, git_server, make_repo, time_server
@@ -244,3 +245,22 @@ async def test_mcp_calls_failures_timeouts_and_restarts_are_counted_on_metrics(t
     text = body.decode()
     for event, n in (("calls", 4), ("failures", 2), ("timeouts", 1), ("restarts", 2)):
         assert f'dormant_mcp_total{{event="{event}",server="faulty"}} {n:.1f}' in text, event
+
+
+async def test_a_tool_listing_is_cut_at_its_entry_and_byte_bounds() -> None:
+    for options, kept in (({"max_tools": 3}, 3), ({"max_tools_bytes": 300}, 2)):
+        link = ServerLink(faulty_server(None, "faulty", **options))
+        try:
+            tools, cut = await link.list_tools()
+        finally:
+            await link.close()
+        assert cut and [t.name for t in tools] == ["ok", "fail", "is_error"][:kept], options
+
+
+def test_stderr_is_kept_within_its_byte_bound() -> None:
+    tail = StderrTail(100)
+    for n in range(1000):
+        tail.add(b"line %d " % n + b"x" * 30)
+    assert tail.size <= 100 and "line 999" in tail.text()
+    tail.add(b"y" * 10_000)
+    assert tail.size == 100
