@@ -10,6 +10,7 @@ from .config import RETENTION_POLICIES
 from .errors import UsageError
 from .models.base import Model
 from .subject import SubjectOptions
+from .tools.mcp.config import McpServer
 from .tools.spec import ToolBox, ToolSpec
 from .view.pages import PagePolicy
 
@@ -48,6 +49,9 @@ class Agent:
     cut, old history that a summary covers deleted, state folded), ``"keep"`` (nothing
     deleted or cut), or a :class:`~dormant.retention.RetentionPolicy`; None (the
     default): the runtime's policy (``DORMANT_RETENTION``, itself ``keep`` by default).
+    ``mcp`` names MCP servers (:class:`~dormant.tools.mcp.McpServer`) whose tools the agent
+    may call, as async tools named ``<server>__<tool>``; a worker lists them when it starts
+    (see docs/mcp.md).
     """
 
     name: str
@@ -62,6 +66,7 @@ class Agent:
     pages: PagePolicy | None = None
     subject: SubjectOptions | None = None
     retention: RetentionPolicy | str | None = None
+    mcp: Sequence[McpServer] = ()
     toolbox: ToolBox = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -77,6 +82,12 @@ class Agent:
             raise UsageError(
                 f"unknown retention policy {self.retention!r}: use one of {', '.join(RETENTION_POLICIES)}"
             )
+        object.__setattr__(self, "mcp", tuple(self.mcp))
+        for server in self.mcp:
+            if not isinstance(server, McpServer):
+                raise UsageError(f"Agent.mcp takes McpServer items, not {type(server).__name__}")
+        if len({s.name for s in self.mcp}) != len(self.mcp):
+            raise UsageError(f"agent {self.name!r} names an MCP server twice")
         from .tools.builtins import BUILTIN_TOOLS
 
         tools = list(self.tools) + (list(BUILTIN_TOOLS) if self.builtins else [])

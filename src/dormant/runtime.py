@@ -50,6 +50,7 @@ from .subject import DEFAULT_TSR_TURNS
 from .tenants import scope as tenancy
 from .tenants.scope import tenant_of
 from .tools.blobs import ToolOutput, stored_output
+from .tools.mcp.hub import McpHub
 from .tools.pool import ToolThreads
 from .urls import redact, remember
 
@@ -137,6 +138,8 @@ class Runtime:
             blob_threshold=self.settings.blob_threshold_bytes,
             tool_threads=self.tool_threads,
         )
+        #: the agents' MCP servers: one connection per server in this worker (:mod:`dormant.tools.mcp`)
+        self.mcp = McpHub([(a.mcp, a.toolbox) for a in self.agents.values() if a.mcp])
         self.governor: Governor | None = build_governor(self.settings, self.scheduler, self.store, self.clock)
         if self.governor is not None:
             self.governor.handles.on_warn.append(self._on_memory_warn)
@@ -202,6 +205,7 @@ class Runtime:
         """Stop running loops and close the store."""
         self.stop()
         self.tool_threads.close()
+        await self.mcp.close()
         if self._memory is not None:
             memory, self._memory = self._memory, None
             await memory.close()  # pending access counts, before the store closes
@@ -260,7 +264,10 @@ class Runtime:
         self._fatal = None
         if self._stop_requested:
             self._stop.set()
+        if self.mcp:
+            await self.mcp.start()  # the model sees the servers' tools from the first slice on
         loops = [
+            asyncio.create_task(self.mcp.run(self._stop), name="dormant-mcp"),
             asyncio.create_task(self.scheduler.run(self._stop), name="dormant-scheduler"),
             asyncio.create_task(self.dispatcher.run(self._stop), name="dormant-dispatcher"),
         ]

@@ -1,4 +1,5 @@
-"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context``, ``governor`` and ``recall``."""
+"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context``, ``governor``, ``recall``
+and ``mcp``."""
 
 from __future__ import annotations
 
@@ -191,6 +192,30 @@ def context(
     table.add_column("value", justify="right")
     for key, value in _flatten(summary):
         table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else f"{value}")
+    console.print(table)
+    console.print(f"wrote {out / 'summary.json'}")
+
+
+@bench_app.command("mcp")
+def mcp_calls(
+    calls: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CALLS")] = 500,
+    servers: Annotated[int, typer.Option(min=1, max=64, envvar="DORMANT_BENCH_MCP_SERVERS")] = 10,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/mcp"),
+) -> None:
+    """One MCP call through the outbox against one plain async tool: CALLS threads, one
+    call each; then a worker with SERVERS stdio MCP servers (list time, RSS idle and under
+    load). Writes ``OUT/summary.json``."""
+    import asyncio
+
+    from .mcp import run_mcp_bench
+
+    summary = asyncio.run(run_mcp_bench(calls, servers, out))
+    table = Table(title=f"MCP vs plain async tool ({calls} calls)")
+    table.add_column("figure")
+    for name in summary:
+        table.add_column(name, justify="right")
+    for key in next(iter(summary.values())):
+        table.add_row(key, *(f"{run[key]:,.3f}" for run in summary.values()))
     console.print(table)
     console.print(f"wrote {out / 'summary.json'}")
 

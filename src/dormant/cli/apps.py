@@ -5,19 +5,29 @@
 Without it, the CLI hosts one built-in agent, ``assistant``, whose model is
 chosen by name: ``scripted`` is the in-process echo model, anything else is a
 model served by an OpenAI-compatible endpoint at ``base_url``.
+
+An ``mcp.json`` file beside the ``--app`` module's file (``{"mcpServers": {...}}``, the
+format desktop hosts read; see :func:`dormant.tools.mcp.servers_from_json`) gives every
+agent of the app those MCP servers, after the ones it names in code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..agent import Agent
 from ..errors import UsageError
 from ..models import ScriptedModel, echo_model, echo_script
 from ..models.base import Model
+from ..tools.mcp import McpServer, load_mcp_json
+
+#: The file beside an ``--app`` module that names MCP servers for its agents.
+MCP_FILE = "mcp.json"
 
 #: Name of the built-in agent used when no ``--app`` is given.
 DEFAULT_AGENT = "assistant"
@@ -113,7 +123,26 @@ def load_app(spec: str) -> list[Agent]:
             obj = obj()
         except Exception as exc:
             raise UsageError(f"--app {spec!r}: calling {attr}() failed: {type(exc).__name__}: {exc}") from exc
-    return _agents(spec, obj)
+    agents = _agents(spec, obj)
+    servers = app_mcp_servers(module)
+    return [with_servers(agent, servers) for agent in agents] if servers else agents
+
+
+def app_mcp_servers(module: object) -> list[McpServer]:
+    """The servers of the ``mcp.json`` beside ``module``'s file (none when there is no
+    such file). Raises :class:`UsageError` for a file that is not valid."""
+    origin = getattr(module, "__file__", None)
+    if not origin:
+        return []
+    path = Path(origin).resolve().parent / MCP_FILE
+    return load_mcp_json(path) if path.is_file() else []
+
+
+def with_servers(agent: Agent, servers: Sequence[McpServer]) -> Agent:
+    """``agent`` with ``servers`` added after its own (one it names already is kept)."""
+    own = {s.name for s in agent.mcp}
+    extra = [s for s in servers if s.name not in own]
+    return dataclasses.replace(agent, mcp=(*agent.mcp, *extra)) if extra else agent
 
 
 def _agents(spec: str, obj: object) -> list[Agent]:

@@ -566,23 +566,18 @@ _mount_bench()
 
 
 def _mount_serve() -> None:
+    from .gc import gc
+    from .mcp import mcp_app
     from .serve import serve_command
     from .tenants import tenants_app
 
     app.command("serve")(serve_command)
     app.add_typer(tenants_app, name="tenants")
+    app.command()(gc)
+    app.add_typer(mcp_app, name="mcp")
 
 
 _mount_serve()
-
-
-def _mount_gc() -> None:
-    from .gc import gc
-
-    app.command()(gc)
-
-
-_mount_gc()
 
 
 def main() -> None:

@@ -123,6 +123,9 @@ class Exporter:
             "Tokens the model servers counted, summed over the store's threads.",
             ("kind",),
         )
+        self.mcp = counter(
+            "mcp", "MCP calls, failures, timeouts and server restarts, per server.", ("server", "event")
+        )
         self.waiting = gauge("threads_waiting_model", "Threads waiting on a model endpoint (outage).")
         self.outbox = gauge("outbox_entries", "Outbox entries by status.", ("status",))
         self.dead = gauge("dead_letters", "Outbox entries dead-lettered.")
@@ -184,6 +187,9 @@ class Exporter:
             self._count(metric, getattr(rt.stats, name))
         for kind in ("prompt", "completion", "cached"):
             self._count(self.tokens, getattr(rt.stats, f"{kind}_tokens"), kind)
+        for server in rt.mcp.status():  # as many as the agents name: a bounded label set
+            for event in ("calls", "failures", "timeouts", "restarts"):
+                self._count(self.mcp, server.counters[event], server.name, event)
         status = await self._store_status()
         for priority, n in status.backlog_by_priority.items():
             self.backlog.labels(priority).set(n)

@@ -84,13 +84,19 @@ class Dispatcher:
         self.blob_threshold = blob_threshold
         self.tool_threads = tool_threads
         self.wake = asyncio.Event()
-        #: the (agent, tool) pairs hosted here: only their calls are claimed
-        self.tools = tuple((a.name, name) for a in agents.values() for name in a.toolbox.names())
         timeouts = [t.timeout for a in agents.values() for t in a.tools] or [30.0]
+        # an MCP tool is found when a worker starts; its server bounds its calls
+        timeouts += [s.max_call_s + s.start_timeout + 5.0 for a in agents.values() for s in a.mcp]
         # a lease outlives the slowest call, so only a dead worker lets one expire
         self.lease_s = max(timeouts) + 30.0
         self._running: set[asyncio.Task[None]] = set()
         self._stop: asyncio.Event | None = None
+
+    @property
+    def tools(self) -> tuple[tuple[str, str], ...]:
+        """The (agent, tool) pairs hosted here now (MCP tools once listed): only their
+        calls are claimed."""
+        return tuple((a.name, name) for a in self.agents.values() for name in a.toolbox.names())
 
     @property
     def active(self) -> int:
@@ -207,6 +213,7 @@ class Dispatcher:
             now=self.clock(),
             inline=False,
             blobs=self.store,
+            blob_writer=self.store,
             blob_threshold=self.blob_threshold,
             tool_threads=self.tool_threads,
         )

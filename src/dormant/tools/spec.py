@@ -27,7 +27,7 @@ import pydantic
 
 from ..errors import UsageError
 from ..records import NewInput, NewThread, StateChange
-from .blobs import CHUNK_BYTES, DEFAULT_THRESHOLD, BlobReader, ToolOutput
+from .blobs import CHUNK_BYTES, DEFAULT_THRESHOLD, BlobReader, BlobWriter, ToolOutput
 from .pool import SyncCall, ToolThreads, default_pool
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class ToolContext:
     state_changes: list[StateChange] = field(default_factory=list)
     inline: bool = True
     blobs: BlobReader | None = None
+    #: where an async tool may store blobs of its own (MCP images and resources)
+    blob_writer: BlobWriter | None = None
     blob_threshold: int = DEFAULT_THRESHOLD
     #: spawn_thread's bounds (the agent's) and the children this thread already has
     max_spawn_depth: int = 3
@@ -314,7 +316,9 @@ def make_tool(
 
 
 class ToolBox:
-    """The tools of one agent, by name."""
+    """The tools of one agent, by name: the ones given, then the ones a worker found
+    (the MCP servers' tools, set with :meth:`set_found` when listed and again when a
+    listing changes)."""
 
     def __init__(self, tools: Sequence[ToolSpec]) -> None:
         self._by_name: dict[str, ToolSpec] = {}
@@ -322,7 +326,25 @@ class ToolBox:
             if spec.name in self._by_name:
                 raise UsageError(f"two tools are named {spec.name!r}")
             self._by_name[spec.name] = spec
+        self._given = dict(self._by_name)
+        self._found: dict[str, dict[str, ToolSpec]] = {}
         self.schemas: tuple[dict[str, Any], ...] = tuple(t.schema() for t in tools)
+
+    def set_found(self, source: str, tools: Sequence[ToolSpec]) -> list[str]:
+        """Replace the tools found from ``source`` (an MCP server's name) by ``tools``.
+
+        A tool whose name is taken (by a given tool or another source's) is left out;
+        answers the names left out. The model sees the new set from the next request on.
+        """
+        taken = set(self._given) | {n for s, found in self._found.items() if s != source for n in found}
+        kept = {t.name: t for t in tools if t.name not in taken}
+        self._found[source] = kept
+        by_name = dict(self._given)
+        for found in self._found.values():
+            by_name.update(found)
+        self._by_name = by_name
+        self.schemas = tuple(t.schema() for t in by_name.values())
+        return [t.name for t in tools if t.name not in kept]
 
     def get(self, name: str) -> ToolSpec | None:
         """The tool called ``name``, or None."""
