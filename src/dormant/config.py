@@ -94,7 +94,31 @@ class Settings(BaseModel):
             "view instead of rebuilding it (0: off)"
         ),
     )
-    model_timeout_s: float = Field(120.0, gt=0, description="timeout of one model call")
+    model_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="seconds a model call may take to its first streamed piece (the server reads "
+        "the whole prompt first: long on a CPU)",
+    )
+    model_stream_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="seconds a streaming model reply may go without a piece before it counts as dead",
+    )
+    model_check_s: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="seconds between health checks of a model endpoint whose circuit breaker is "
+        "open (a healthy answer wakes the threads waiting on it)",
+    )
+    stop_grace_s: float = Field(
+        2.0,
+        ge=0,
+        le=3600,
+        description="on SIGINT/SIGTERM: seconds running slices get to finish before they are "
+        "cancelled (their inputs stay pending)",
+    )
     model_retries: int = Field(5, ge=0, le=100, description="slice failures before a thread fails")
     tool_attempts: int = Field(5, ge=1, le=100, description="attempts of a retryable async tool")
     retry_base_s: float = Field(0.5, gt=0, description="first retry backoff")

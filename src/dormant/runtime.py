@@ -43,6 +43,7 @@ from .retention.loop import RetentionLoop
 from .retention.policy import RetentionPolicy
 from .slices.dispatcher import Dispatcher
 from .slices.memory import profile
+from .slices.recovery import EndpointWatch
 from .slices.runner import SliceRunner
 from .slices.scheduler import Scheduler
 from .store import Store, open_store, store_options
@@ -275,6 +276,10 @@ class Runtime:
             loops.append(asyncio.create_task(self.governor.run(self._stop), name="dormant-governor"))
         self.retainer = self.retention_loop()
         loops.append(asyncio.create_task(self.retainer.run(self._stop), name="dormant-retention"))
+        watch = EndpointWatch(
+            self.store, self.agents.values(), self.scheduler.wake.set, interval_s=self.settings.model_check_s
+        )
+        loops.append(asyncio.create_task(watch.run(self._stop), name="dormant-recovery"))
         try:
             with gc_tuned():
                 await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
@@ -557,6 +562,17 @@ class Runtime:
         thread = await self.store.retry_thread(thread_id, tenant=tenant)
         self.scheduler.wake.set()
         return thread
+
+    async def cancel_slices(self) -> int:
+        """Cancel every slice running in this process (a prompt shutdown): each commits
+        nothing and its lease is released at once, so its inputs stay pending and run in
+        the next slice, here or in another process. How many were cancelled."""
+        claims = [claim for claim, _ in self.scheduler.slices()]
+        cancelled = 0
+        for claim in claims:
+            if await self.interrupt(claim.thread_id):
+                cancelled += 1
+        return cancelled
 
     async def interrupt(self, thread_id: str) -> bool:
         """Cancel the slice of ``thread_id`` running in this process; False when none runs here

@@ -34,8 +34,13 @@ import hashlib
 import importlib.resources
 import logging
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Final, Protocol
+
+import httpx
 
 from .errors import DormantError, UsageError
 from .records import Message, ToolCall
@@ -43,17 +48,24 @@ from .records import Message, ToolCall
 __all__ = [
     "DEFAULT_ENCODING",
     "ENCODINGS",
+    "FILE_PREFIX",
     "MESSAGE_OVERHEAD",
     "NAME_OVERHEAD",
     "REPLY_PRIMING",
+    "SERVER_PREFIX",
     "TOOL_CALL_OVERHEAD",
     "Encoder",
+    "FileEncoder",
+    "ServerEncoder",
     "TokenCounter",
     "check_encoding",
     "count_message",
     "count_text",
     "encoding",
     "encoding_for_model",
+    "root_of",
+    "server_count",
+    "tokenizer_encoding",
 ]
 
 log = logging.getLogger("dormant.tokens")
@@ -148,11 +160,180 @@ class Encoder(Protocol):
         ...
 
 
+#: Prefix of an encoding read from a Hugging Face ``tokenizer.json`` (``file:/abs/path``).
+FILE_PREFIX: Final = "file:"
+#: Prefix of an encoding counted by a model server's tokenize endpoint (``server:<base url>``).
+SERVER_PREFIX: Final = "server:"
+
+
 def check_encoding(name: str) -> str:
-    """``name`` if it is in :data:`ENCODINGS` (nothing is loaded); else :class:`UsageError`."""
-    if name not in _SPECS:
-        raise UsageError(f"unknown token encoding {name!r}; known: {', '.join(ENCODINGS)}")
-    return name
+    """``name`` if it names an encoding (nothing is loaded); else :class:`UsageError`.
+
+    Known: :data:`ENCODINGS`; ``file:PATH`` for a Hugging Face ``tokenizer.json`` that
+    exists; ``server:URL`` for a server's tokenize endpoint (see :func:`tokenizer_encoding`).
+    """
+    if name in _SPECS:
+        return name
+    if name.startswith(FILE_PREFIX):
+        path = Path(name.removeprefix(FILE_PREFIX))
+        if not path.is_file():
+            raise UsageError(f"no tokenizer file at {str(path)!r} (a Hugging Face tokenizer.json)")
+        return name
+    if name.startswith(SERVER_PREFIX) and name.removeprefix(SERVER_PREFIX).startswith(
+        ("http://", "https://")
+    ):
+        return name
+    raise UsageError(
+        f"unknown token encoding {name!r}; known: {', '.join(ENCODINGS)}, file:PATH (tokenizer.json), "
+        "server:URL"
+    )
+
+
+def tokenizer_encoding(choice: str, base_url: str | None = None) -> str | None:
+    """The encoding a tokenizer choice names (``--tokenizer`` / ``DORMANT_TOKENIZER``).
+
+    ``auto`` (or empty): None, the model's default encoding, with the token ratio learned
+    from the server; an encoding name (``o200k_base``, ``cl100k_base``); a path to a
+    Hugging Face ``tokenizer.json`` (``file:`` prefix optional); ``server``: the model
+    server's own ``POST /tokenize`` at ``base_url``. Raises :class:`UsageError`.
+    """
+    choice = choice.strip()
+    if choice in ("", "auto"):
+        return None
+    if choice == "server":
+        if not base_url:
+            raise UsageError("--tokenizer server needs the model server's --base-url")
+        return check_encoding(SERVER_PREFIX + base_url.rstrip("/"))
+    if choice in _SPECS or choice.startswith(SERVER_PREFIX):
+        return check_encoding(choice)
+    path = Path(choice.removeprefix(FILE_PREFIX)).expanduser()
+    if choice.startswith(FILE_PREFIX) or choice.endswith(".json") or path.exists():
+        return check_encoding(FILE_PREFIX + str(path.resolve()))
+    return check_encoding(choice)
+
+
+class FileEncoder:
+    """An encoding read from a Hugging Face ``tokenizer.json`` (the ``tokenizers`` package):
+    the model's own tokens, counted without special tokens (the chat template's framing
+    is counted by :class:`~dormant.models.base.ChatOverhead`)."""
+
+    def __init__(self, path: str) -> None:
+        from tokenizers import Tokenizer
+
+        try:
+            self._tokenizer = Tokenizer.from_file(path)
+        except Exception as exc:  # the Rust core raises plain Exceptions for a bad file
+            raise UsageError(f"cannot read the tokenizer file {path!r}: {exc}") from exc
+        self.name = FILE_PREFIX + path
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """The token ids of ``text`` (no special tokens added)."""
+        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+        return ids
+
+
+def root_of(base_url: str) -> str:
+    """``base_url`` without a trailing ``/v1`` (where llama.cpp serves ``/props`` and ``/tokenize``)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+async def server_count(
+    client: httpx.AsyncClient,
+    base_url: str,
+    text: str,
+    *,
+    api_key: str | None = None,
+    timeout: float = 10.0,
+) -> int:
+    """Tokens of ``text`` as a model server counts them (``POST {root}/tokenize``, llama.cpp
+    and vLLM), no special tokens added. Raises :class:`httpx.HTTPError` or
+    :class:`ValueError` when the server cannot say."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    response = await client.post(
+        f"{root_of(base_url)}/tokenize",
+        json={"content": text, "prompt": text, "add_special": False, "with_pieces": False},
+        headers=headers,
+        timeout=timeout,
+    )
+    response.raise_for_status()
+    body = response.json()
+    if isinstance(body, dict):
+        tokens = body.get("tokens")
+        if isinstance(tokens, list):
+            return len(tokens)
+        count = body.get("count")
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            return count
+    raise ValueError(f"{root_of(base_url)}/tokenize answered no token count")
+
+
+class ServerEncoder:
+    """Counts in a model server's own tokens (``POST /tokenize``), for a process that
+    cannot tokenize itself.
+
+    Counting is synchronous and the server is not: :meth:`fill` asks the server for
+    texts ahead of their count (a slice does, before it commits), and :meth:`count`
+    answers from those answers, or with the text's UTF-8 length when the server was not
+    asked (a token is at least one byte: an upper bound, so the budget stays safe).
+    Bounded: at most :data:`SERVER_CACHE_ENTRIES` counts, each keyed by a 16-byte digest
+    (~100 bytes an entry, ~0.4 MB in all).
+    """
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.name = SERVER_PREFIX + base_url
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.asked = 0
+        self.failures = 0
+
+    @staticmethod
+    def _key(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def count(self, text: str) -> int:
+        """The server's count of ``text`` if it was asked, else the byte bound."""
+        with self._lock:
+            known = self._counts.get(self._key(text))
+        if known is not None:
+            return known
+        return len(text.encode("utf-8", "surrogatepass"))
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Stand-in ids (as many as :meth:`count`): this encoder only counts."""
+        return [0] * self.count(text)
+
+    async def fill(self, texts: Sequence[str], *, timeout: float = 10.0) -> int:
+        """Ask the server for the counts of ``texts`` not known yet; how many it gave.
+        A server that fails is logged and leaves the byte bound in place."""
+        missing = []
+        with self._lock:
+            for text in texts:
+                if text and self._key(text) not in self._counts:
+                    missing.append(text)
+        if not missing:
+            return 0
+        given = 0
+        async with httpx.AsyncClient() as client:
+            for text in missing:
+                try:
+                    count = await server_count(client, self.base_url, text, timeout=timeout)
+                except (httpx.HTTPError, ValueError) as exc:
+                    self.failures += 1
+                    log.warning("tokens_server_unavailable", extra={"encoding": self.name, "error": str(exc)})
+                    break
+                given += 1
+                with self._lock:
+                    self._counts[self._key(text)] = count
+                    while len(self._counts) > SERVER_CACHE_ENTRIES:
+                        self._counts.popitem(last=False)
+        self.asked += given
+        return given
+
+
+#: Counts a :class:`ServerEncoder` keeps.
+SERVER_CACHE_ENTRIES: Final = 4096
 
 
 def _bundled_ranks(name: str) -> dict[bytes, int]:
@@ -176,6 +357,10 @@ def _bundled_ranks(name: str) -> dict[bytes, int]:
 def _load(name: str) -> Encoder:
     """Build encoding ``name`` (uncached)."""
     check_encoding(name)
+    if name.startswith(FILE_PREFIX):
+        return FileEncoder(name.removeprefix(FILE_PREFIX))
+    if name.startswith(SERVER_PREFIX):
+        return ServerEncoder(name.removeprefix(SERVER_PREFIX))
     try:
         import tiktoken
     except ImportError as exc:
@@ -232,12 +417,15 @@ class TokenCounter:
     replaced, as tiktoken does).
     """
 
-    __slots__ = ("_encode", "_names", "encoding")
+    __slots__ = ("_direct", "_encode", "_names", "encoding")
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         """Bind to ``encoding``, loading it if needed. Raises :class:`UsageError` if unknown."""
         self.encoding = encoding
-        self._encode = _encoding(encoding).encode_ordinary
+        encoder = _encoding(encoding)
+        self._encode = encoder.encode_ordinary
+        #: an encoder that counts without encoding (:class:`ServerEncoder`), else None
+        self._direct = encoder.count if isinstance(encoder, ServerEncoder) else None
         # roles and tool names recur in every message: their counts, bounded
         self._names: dict[str, int] = {}
 
@@ -261,6 +449,8 @@ class TokenCounter:
         return sum(self._count(piece) for piece in _pieces(text))
 
     def _count(self, text: str) -> int:
+        if self._direct is not None:
+            return self._direct(text)
         try:
             return len(self._encode(text))
         except UnicodeEncodeError:  # lone surrogates: only the pure-Python fallback gets here

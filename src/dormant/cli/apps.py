@@ -24,6 +24,7 @@ from ..agent import Agent
 from ..errors import UsageError
 from ..models import ScriptedModel, echo_model, echo_script
 from ..models.base import Model
+from ..tokens import DEFAULT_ENCODING, tokenizer_encoding
 from ..tools.mcp import McpServer, load_mcp_json
 
 #: The file beside an ``--app`` module that names MCP servers for its agents.
@@ -42,30 +43,42 @@ def builtin_model(
     base_url: str = DEFAULT_BASE_URL,
     context_window: int | None = None,
     max_output_tokens: int | None = None,
+    tokenizer: str | None = None,
 ) -> Model:
     """The model called ``name``: ``scripted`` (echo) or an OpenAI-compatible model.
 
     The OpenAI adapter reads its API key from ``DORMANT_API_KEY`` or ``OPENAI_API_KEY``;
     ``context_window`` and ``max_output_tokens`` are its declared budget (defaults:
-    the adapter's). Raises :class:`UsageError` for an empty name, a bad base URL or an
-    impossible budget.
+    the adapter's), ``tokenizer`` how it counts (:func:`dormant.tokens.tokenizer_encoding`;
+    the scripted model takes an encoding or a tokenizer.json, not ``server``). Raises
+    :class:`UsageError` for an empty name, a bad base URL, an impossible budget or an
+    unknown tokenizer.
     """
     name = name.strip()
     if not name:
         raise UsageError("--model must name a model (or 'scripted' for the echo model)")
     window = 128_000 if context_window is None else context_window
     if name == SCRIPTED:
-        if context_window is None and max_output_tokens is None:
+        own = tokenizer_encoding(tokenizer or "auto")
+        if context_window is None and max_output_tokens is None and own is None:
             return echo_model()
         return ScriptedModel(
-            echo_script, name="scripted-echo", context_window=window, max_output_tokens=max_output_tokens
+            echo_script,
+            name="scripted-echo",
+            context_window=window,
+            max_output_tokens=max_output_tokens,
+            encoding=own or DEFAULT_ENCODING,
         )
     if not base_url.startswith(("http://", "https://")):
         raise UsageError(f"--base-url must be an http(s) URL, not {base_url!r}")
     from ..models.openai import OpenAIChatModel
 
     return OpenAIChatModel(
-        model=name, base_url=base_url, context_window=window, max_output_tokens=max_output_tokens
+        model=name,
+        base_url=base_url,
+        context_window=window,
+        max_output_tokens=max_output_tokens,
+        tokenizer=tokenizer,
     )
 
 
@@ -77,11 +90,16 @@ def builtin_agents(
     builtins: bool = True,
     context_window: int | None = None,
     max_output_tokens: int | None = None,
+    tokenizer: str | None = None,
 ) -> list[Agent]:
     """The one built-in agent, ``assistant``, running ``model`` (with the built-in
     tools unless ``builtins`` is false)."""
     chosen = builtin_model(
-        model, base_url=base_url, context_window=context_window, max_output_tokens=max_output_tokens
+        model,
+        base_url=base_url,
+        context_window=context_window,
+        max_output_tokens=max_output_tokens,
+        tokenizer=tokenizer,
     )
     if system is None:
         return [Agent(name=DEFAULT_AGENT, model=chosen, builtins=builtins)]
@@ -170,6 +188,7 @@ def load_agents(
     builtins: bool = True,
     context_window: int | None = None,
     max_output_tokens: int | None = None,
+    tokenizer: str | None = None,
 ) -> list[Agent]:
     """The CLI's agents: from ``app`` when given, else the built-in ``assistant``.
 
@@ -184,4 +203,5 @@ def load_agents(
         builtins=builtins,
         context_window=context_window,
         max_output_tokens=max_output_tokens,
+        tokenizer=tokenizer,
     )

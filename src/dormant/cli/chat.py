@@ -21,10 +21,17 @@ from .agents import (
     AppOpt,
     BaseUrlOpt,
     ConcurrencyOpt,
+    ContextWindowOpt,
+    MaxOutputOpt,
+    ModelKnobs,
     ModelOpt,
+    ModelTimeoutOpt,
+    StreamTimeoutOpt,
     SystemOpt,
+    TokenizerOpt,
     agents_for,
     close_models,
+    server_notices,
 )
 from .apps import DEFAULT_BASE_URL, SCRIPTED
 from .base import (
@@ -38,7 +45,7 @@ from .base import (
     run_async,
     settings_for,
 )
-from .retry import BuiltinsOpt, ContextWindowOpt, MaxOutputOpt
+from .retry import BuiltinsOpt
 
 
 def send(
@@ -123,6 +130,9 @@ def chat(
     context_window: ContextWindowOpt = None,
     max_output: MaxOutputOpt = None,
     builtins: BuiltinsOpt = False,
+    model_timeout: ModelTimeoutOpt = None,
+    stream_timeout: StreamTimeoutOpt = None,
+    tokenizer: TokenizerOpt = None,
 ) -> None:
     """Talk to a thread: each line of stdin is sent, run until idle, and the replies printed.
 
@@ -130,18 +140,19 @@ def chat(
     tools unless --builtins is given.
     """
     interactive = sys.stdin.isatty()
+    knobs = ModelKnobs(
+        context_window=context_window,
+        max_output=max_output,
+        model_timeout=model_timeout,
+        stream_timeout=stream_timeout,
+        tokenizer=tokenizer,
+    )
     try:
-        settings = settings_for(store, concurrency=concurrency)
-        agents = agents_for(
-            app_spec,
-            model,
-            base_url,
-            system,
-            builtins=builtins,
-            context_window=context_window,
-            max_output_tokens=max_output,
-        )
+        settings = settings_for(store, concurrency=concurrency, **knobs.settings())
+        agents = agents_for(app_spec, model, base_url, system, knobs, builtins=builtins)
         with asyncio.Runner() as runner:
+            for notice in runner.run(server_notices(agents)):
+                err.print(f"warning: {notice}", style="yellow")
             rt = Runtime(settings.store, agents, settings=settings)
             runner.run(announce_if_new(rt.store))
             runner.run(rt.open())

@@ -14,12 +14,9 @@ paged: no command prints an unbounded list.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import signal
 import sys
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -34,26 +31,27 @@ from rich.text import Text
 from ..config import DEFAULT_STORE
 from ..errors import DormantError, UsageError
 from ..logs import JsonFormatter, fields
-from ..runtime import Runtime
-from ..store import open_store
 from ..urls import redact, scrub
 from .agents import (
     AppOpt,
     BaseUrlOpt,
     ConcurrencyOpt,
+    ContextWindowOpt,
+    MaxOutputOpt,
+    ModelKnobs,
     ModelOpt,
-    SystemOpt,
-    WorkersOpt,
+    ModelTimeoutOpt,
+    StreamTimeoutOpt,
+    TokenizerOpt,
     agents_for,
     close_models,
-    worker_command,
+    server_notices,
 )
 from .apps import DEFAULT_BASE_URL, SCRIPTED
 from .backup import backup, restore
 from .base import (
     LimitOpt,
     StoreOpt,
-    announce_if_new,
     clip,
     err,
     fail,
@@ -67,6 +65,7 @@ from .chat import chat, send
 from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .history import export, show
 from .retry import AllFailedOpt, SinceOpt, print_retry_all
+from .run import run
 from .status import model_rows
 
 app = typer.Typer(
@@ -174,157 +173,7 @@ def init(store: StoreOpt = DEFAULT_STORE) -> None:
     run_async(go())
 
 
-@app.command()
-def run(
-    store: StoreOpt = DEFAULT_STORE,
-    until_idle: Annotated[
-        bool,
-        typer.Option("--until-idle", envvar="DORMANT_UNTIL_IDLE", help="Exit once no work is left."),
-    ] = False,
-    concurrency: ConcurrencyOpt = None,
-    app_spec: AppOpt = None,
-    model: ModelOpt = SCRIPTED,
-    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
-    system: SystemOpt = None,
-    workers: WorkersOpt = 1,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            "--metrics-port",
-            envvar="DORMANT_METRICS_PORT",
-            min=0,
-            max=65535,
-            help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; one worker).",
-        ),
-    ] = None,
-    metrics_host: Annotated[
-        str,
-        typer.Option("--metrics-host", envvar="DORMANT_METRICS_HOST", help="Address of --metrics-port."),
-    ] = "127.0.0.1",
-) -> None:
-    """Run the agents until SIGINT/SIGTERM (running slices finish) or, with --until-idle, until idle."""
-    if workers > 1:
-        if metrics_port is not None:
-            fail(UsageError("--metrics-port serves one process: run workers with --workers 1 each"))
-        run_workers(store, workers, until_idle, concurrency, app_spec, model, base_url, system)
-        return
-
-    async def go() -> None:
-        settings = settings_for(store, concurrency=concurrency)
-        agents = agents_for(app_spec, model, base_url, system)
-        try:
-            rt = Runtime(settings.store, agents, settings=settings)
-            await announce_if_new(rt.store)
-            async with rt:
-                if metrics_port is None:
-                    await serve(rt, until_idle=until_idle)
-                    return
-                from ..ops.exporter import Exporter, serving
-
-                async with serving(Exporter(rt), metrics_port, metrics_host) as port:
-                    err.print(f"metrics at http://{metrics_host}:{port}/metrics", style="dim")
-                    await serve(rt, until_idle=until_idle)
-        finally:
-            await close_models(agents)
-
-    run_async(go())
-
-
-def run_workers(
-    store: str,
-    workers: int,
-    until_idle: bool,
-    concurrency: int | None,
-    app_spec: str | None,
-    model: str,
-    base_url: str,
-    system: str | None,
-) -> None:
-    """``dormant run --workers N``: N single-process workers under a :class:`Supervisor`."""
-    from ..ops.workers import Supervisor
-
-    settings = settings_for(store, concurrency=concurrency)  # validated once, here
-    if not open_store(settings.store).persistent:
-        fail(
-            UsageError(
-                f"{redact(settings.store)} lives in one process: --workers needs sqlite:///... or postgresql://..."
-            )
-        )
-    argv, env = worker_command(
-        settings.store,
-        until_idle=until_idle,
-        concurrency=concurrency,
-        app_spec=app_spec,
-        model=model,
-        base_url=base_url,
-        system=system,
-    )
-    supervisor = Supervisor(argv, workers, env=env, say=lambda line: err.print(line, style="dim"))
-    err.print(f"dormant supervising {workers} workers on {redact(settings.store)}", style="dim")
-    code = asyncio.run(supervisor.run())
-    out.print(f"workers stopped (exit {code})")
-    if code:
-        raise typer.Exit(code)
-
-
-async def serve(rt: Runtime, *, until_idle: bool) -> None:
-    """Run ``rt`` with graceful stop on the first SIGINT/SIGTERM, abort on the second."""
-    loop = asyncio.get_running_loop()
-    names = ", ".join(sorted(rt.agents))
-    mode = "until idle" if until_idle else "until Ctrl-C"
-    task = asyncio.create_task(rt.run_until_idle() if until_idle else rt.run())
-    stop_requested = asyncio.Event()
-    signals = 0
-
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            err.print("stopping: running slices finish (signal again to abort them)", style="yellow")
-            stop_requested.set()
-        else:
-            task.cancel()
-
-    async def stopper() -> None:
-        # Runtime.stop() before run() has begun is lost, so repeat it until the run ends
-        await stop_requested.wait()
-        while not task.done():
-            rt.stop()
-            await asyncio.sleep(0.05)
-
-    stopping = asyncio.create_task(stopper())
-
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
-            pass
-    # printed once the handlers are in place: a signal from now on stops gracefully
-    err.print(
-        f"dormant running on {redact(rt.store.url)} (agents: {names}; "
-        f"concurrency {rt.settings.concurrency}) {mode}",
-        style="dim",
-    )
-    started = time.perf_counter()
-    aborted = False
-    try:
-        await task
-    except asyncio.CancelledError:
-        if signals < 2:
-            raise
-        aborted = True
-    finally:
-        stopping.cancel()
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-    s = rt.stats
-    out.print(
-        f"{'aborted' if aborted else 'stopped'} after {time.perf_counter() - started:.1f}s: "
-        f"{s.slices} slices, {s.completions} completions, {s.tool_calls} tool calls, "
-        f"{s.slice_failures} slice failures, {s.tool_failures} tool failures"
-    )
+app.command()(run)
 
 
 @app.command()
@@ -451,13 +300,41 @@ def retry(
     store: StoreOpt = DEFAULT_STORE,
     all_failed: AllFailedOpt = False,
     since: SinceOpt = None,
+    app_spec: AppOpt = None,
+    model: ModelOpt = SCRIPTED,
+    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
+    context_window: ContextWindowOpt = None,
+    max_output: MaxOutputOpt = None,
+    model_timeout: ModelTimeoutOpt = None,
+    stream_timeout: StreamTimeoutOpt = None,
+    tokenizer: TokenizerOpt = None,
 ) -> None:
-    """Reactivate a failed thread; its pending inputs run on the next `dormant run`."""
+    """Reactivate a failed thread; its pending inputs run on the next `dormant run`.
+
+    The model options are those the next `dormant run` should use: they are checked here
+    as `run` checks them (the budget validated; with a served --model, a warning when the
+    server's context is smaller than --context-window or its template cannot use tools),
+    so a thread that failed over the window is not retried into the same failure."""
     if (thread is None) == (not all_failed) or (since is not None and not all_failed):
         fail(UsageError("give a thread id, or --all-failed [--since ...]"))
+    knobs = ModelKnobs(
+        context_window=context_window,
+        max_output=max_output,
+        model_timeout=model_timeout,
+        stream_timeout=stream_timeout,
+        tokenizer=tokenizer,
+    )
 
     async def go() -> None:
-        async with opened_store(settings_for(store)) as st:
+        settings = settings_for(store, **knobs.settings())
+        if app_spec is not None or model != SCRIPTED or knobs != ModelKnobs():
+            agents = agents_for(app_spec, model, base_url, None, knobs)
+            try:
+                for notice in await server_notices(agents):
+                    err.print(f"warning: {notice}", style="yellow")
+            finally:
+                await close_models(agents)
+        async with opened_store(settings) as st:
             if all_failed:
                 await print_retry_all(st, since)
                 return

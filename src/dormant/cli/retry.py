@@ -18,6 +18,8 @@ import typer
 from ..errors import NotFound, UsageError
 from ..records import Thread
 from ..store import Store
+from .agents import ContextWindowOpt as ContextWindowOpt
+from .agents import MaxOutputOpt as MaxOutputOpt
 from .base import out
 
 AllFailedOpt = Annotated[
@@ -29,24 +31,6 @@ SinceOpt = Annotated[
         "--since",
         envvar="DORMANT_RETRY_SINCE",
         help="With --all-failed: only threads failed since this ISO time or duration (2h, 1d).",
-    ),
-]
-ContextWindowOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--context-window",
-        envvar="DORMANT_CONTEXT_WINDOW",
-        min=2,
-        help="Tokens the built-in agent's model accepts in one request (default: 128,000).",
-    ),
-]
-MaxOutputOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-output",
-        envvar="DORMANT_MAX_OUTPUT",
-        min=1,
-        help="Output cap of the built-in agent's model, in tokens (default: 4,096).",
     ),
 ]
 BuiltinsOpt = Annotated[

@@ -15,11 +15,18 @@ from .agents import (
     AppOpt,
     BaseUrlOpt,
     ConcurrencyOpt,
+    ContextWindowOpt,
+    MaxOutputOpt,
+    ModelKnobs,
     ModelOpt,
+    ModelTimeoutOpt,
+    StreamTimeoutOpt,
     SystemOpt,
+    TokenizerOpt,
     WorkersOpt,
     agents_for,
     close_models,
+    server_notices,
     worker_command,
 )
 from .apps import DEFAULT_BASE_URL, SCRIPTED
@@ -162,6 +169,11 @@ def serve_command(
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     system: SystemOpt = None,
     workers: WorkersOpt = 1,
+    context_window: ContextWindowOpt = None,
+    max_output: MaxOutputOpt = None,
+    model_timeout: ModelTimeoutOpt = None,
+    stream_timeout: StreamTimeoutOpt = None,
+    tokenizer: TokenizerOpt = None,
 ) -> None:
     """Serve the HTTP API (REST v1, event streams, OpenAI-compatible) until SIGINT/SIGTERM.
 
@@ -175,6 +187,13 @@ def serve_command(
     from ..server.main import run as run_server
     from ..server.tokens import StreamTokens
 
+    knobs = ModelKnobs(
+        context_window=context_window,
+        max_output=max_output,
+        model_timeout=model_timeout,
+        stream_timeout=stream_timeout,
+        tokenizer=tokenizer,
+    )
     settings = settings_for(
         store,
         concurrency=concurrency,
@@ -183,6 +202,7 @@ def serve_command(
         http_body_timeout_s=body_timeout,
         http_max_header_bytes=max_header_bytes,
         http_max_headers=max_headers,
+        **knobs.settings(),
     )
     try:
         origins = cors_origins(cors_origin or ())
@@ -205,11 +225,14 @@ def serve_command(
             model=model,
             base_url=base_url,
             system=system,
+            knobs=knobs,
         )
         command[1]["DORMANT_TENANT_SLICES"] = str(settings.tenant_slices)
 
     async def go() -> None:
-        agents = agents_for(app_spec, model, base_url, system)
+        agents = agents_for(app_spec, model, base_url, system, knobs)
+        for notice in await server_notices(agents):
+            err.print(f"warning: {notice}", style="yellow")
         config = ServerConfig(
             run_slices=workers == 1,
             poll_s=10.0 if workers == 1 else 0.5,

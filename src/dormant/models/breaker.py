@@ -8,12 +8,21 @@ it is open, calls fail fast with ``ModelError(kind="outage", retry_after=...)``,
 which the runtime treats as "wait", not as the thread's failure. After the
 cool-down one probe call goes through (half-open); its success closes the breaker.
 
-Bounded: at most :data:`MAX_ENDPOINTS` breakers, each a few numbers and its
-endpoint name (at most :data:`MAX_KEY` characters); closed ones are forgotten first.
+When a breaker closes after it had opened, its listeners (:meth:`CircuitBreaker.listen`)
+hear the endpoint's name: the runtime makes the threads waiting on it ready at once
+(:meth:`dormant.store.base.Store.wake_waiting`), so recovery follows the server, not
+a timer. While a breaker is open the runtime also asks the server cheaply whether it
+is back (:meth:`dormant.models.openai.OpenAIChatModel.healthy`), and a healthy answer
+closes it.
+
+Bounded: at most :data:`MAX_ENDPOINTS` breakers, each a few numbers, its endpoint
+name (at most :data:`MAX_KEY` characters) and at most :data:`MAX_LISTENERS`
+listeners; closed ones are forgotten first.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -24,10 +33,14 @@ from ..errors import ModelError
 
 __all__ = ["BreakerState", "CircuitBreaker", "breaker_for", "breakers"]
 
+log = logging.getLogger("dormant.models")
+
 #: Endpoints with a breaker at once (the least recently used closed one is dropped).
 MAX_ENDPOINTS = 256
 #: Longest endpoint key kept (longer ones are cut).
 MAX_KEY = 512
+#: Listeners of one breaker (runtimes in this process using its endpoint).
+MAX_LISTENERS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +77,23 @@ class CircuitBreaker:
         self._opens = 0  # times opened in a row (the cool-down doubles with each)
         self._open_until = 0.0  # while now < this, calls fail fast
         self._probing_until = 0.0  # a half-open probe is out until then
+        self._listeners: list[Callable[[str], None]] = []
+
+    def listen(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(endpoint)`` each time the breaker closes after it had opened
+        (from the thread that closed it); returns the function that stops it. Raises
+        :class:`ValueError` past :data:`MAX_LISTENERS`."""
+        with self._lock:
+            if len(self._listeners) >= MAX_LISTENERS:
+                raise ValueError(f"breaker of {self.endpoint} has {MAX_LISTENERS} listeners already")
+            self._listeners.append(listener)
+
+        def stop() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return stop
 
     def check(self) -> None:
         """Let a call through, or raise ``ModelError(kind="outage")`` while open.
@@ -88,11 +118,18 @@ class CircuitBreaker:
         )
 
     def success(self) -> None:
-        """The endpoint answered: close the breaker."""
+        """The endpoint answered: close the breaker (and tell the listeners if it was open)."""
         with self._lock:
+            reopened = self._failures >= self.threshold
             self._failures = 0
             self._opens = 0
             self._open_until = self._probing_until = 0.0
+            listeners = list(self._listeners) if reopened else []
+        for listener in listeners:
+            try:
+                listener(self.endpoint)
+            except Exception:  # a listener's failure is not the caller's
+                log.exception("breaker_listener_failed", extra={"endpoint": self.endpoint})
 
     def failure(self) -> None:
         """The endpoint failed (transport error or 5xx): count it, open past the threshold."""

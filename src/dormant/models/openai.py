@@ -34,9 +34,10 @@ import httpx
 import msgspec
 
 from ..errors import ModelError
-from ..tokens import encoding_for_model
+from ..tokens import encoding_for_model, tokenizer_encoding
 from .base import OPENAI_CHAT, ModelEvent, ModelRequest, check_limits
 from .breaker import CircuitBreaker, breaker_for
+from .server import PROBE_TIMEOUT_S, ServerInfo, probe
 from .sse import MAX_LINE_BYTES, Retry, error_message, events, read_capped
 from .wire import SUMMARY_PREFIX, Dialect, dialect_for, wire_messages
 
@@ -93,6 +94,14 @@ class OpenAIChatModel:
     replace ``model``, ``messages``, ``stream`` or ``tools``.
     ``breaker``: the endpoint's circuit breaker (default: the process-wide one of
     ``base_url``).
+
+    ``tokenizer``: how prompts are counted (:func:`dormant.tokens.tokenizer_encoding`):
+    ``"auto"`` (default) counts in ``encoding`` and :attr:`learns_tokens` (the budget
+    learns the model's own tokens against that count from each reply's usage); an
+    encoding name; a path to the model's Hugging Face ``tokenizer.json``; or
+    ``"server"``, the server's own ``POST /tokenize``. ``timeout`` bounds connecting and
+    sending; ``read_timeout`` (default None) one read of the response: the slice's own
+    deadlines (first piece, gap between pieces) govern a streaming reply.
     """
 
     #: the chat format's token overhead, counted by the prompt budget (``SUMMARY_PREFIX`` within it)
@@ -115,6 +124,8 @@ class OpenAIChatModel:
         extra_body: Mapping[str, Any] | None = None,
         client: httpx.AsyncClient | None = None,
         breaker: CircuitBreaker | None = None,
+        tokenizer: str | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
@@ -122,6 +133,8 @@ class OpenAIChatModel:
             raise ValueError("timeout must be > 0")
         if backoff < 0:
             raise ValueError("backoff must be >= 0")
+        if read_timeout is not None and read_timeout <= 0:
+            raise ValueError("read_timeout must be > 0 (or None)")
         extra = dict(extra_body or {})
         if _OWN_FIELDS & extra.keys():
             raise ValueError(f"extra_body may not set {sorted(_OWN_FIELDS & extra.keys())}")
@@ -136,9 +149,13 @@ class OpenAIChatModel:
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
+        own = tokenizer_encoding(tokenizer or "auto", self.base_url)
+        #: whether the budget learns this model's tokens from the server (no tokenizer of its own)
+        self.learns_tokens = own is None and encoding is None
         self.context_window, self.max_output_tokens, self.encoding = check_limits(
-            context_window, max_output_tokens, encoding or encoding_for_model(model)
+            context_window, max_output_tokens, own or encoding or encoding_for_model(model)
         )
+        self.read_timeout = read_timeout
         self.temperature = temperature
         self.dialect = dialect_for(dialect, self.base_url)
         self.extra_body = extra
@@ -168,9 +185,30 @@ class OpenAIChatModel:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
+            self._client = httpx.AsyncClient(timeout=self._timeouts())
             self._owns_client = True
         return self._client
+
+    def _timeouts(self) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout, read=self.read_timeout)
+
+    async def describe(self) -> ServerInfo:
+        """What the server says about itself: its context size and whether its chat
+        template renders tools (:func:`dormant.models.server.probe`; never raises)."""
+        return await probe(
+            self.base_url, self.name, endpoint=self.endpoint, api_key=self._api_key, client=self._client
+        )
+
+    async def healthy(self) -> bool:
+        """Whether the server answers ``GET {base_url}/models`` with a success now (a
+        cheap check, bounded by a few seconds; llama.cpp answers 503 while loading)."""
+        try:
+            response = await self._http().get(
+                f"{self.base_url}/models", headers=self._headers(), timeout=PROBE_TIMEOUT_S
+            )
+        except (httpx.HTTPError, httpx.InvalidURL, OSError):
+            return False
+        return 200 <= response.status_code < 300
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -216,7 +254,7 @@ class OpenAIChatModel:
             cause: BaseException | None = None
             try:
                 async with self._http().stream(
-                    "POST", self.url, content=content, headers=headers, timeout=self.timeout
+                    "POST", self.url, content=content, headers=headers, timeout=self._timeouts()
                 ) as response:
                     await self._check_status(response)
                     async for event in events(response):

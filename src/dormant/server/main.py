@@ -117,7 +117,8 @@ async def serve_http(
     workers: int = 1,
     say: Callable[[str], None] = print,
 ) -> None:
-    """Serve until SIGINT/SIGTERM (then running slices finish and the store closes).
+    """Serve until SIGINT/SIGTERM (then running slices get ``stop_grace_s`` to finish, are
+    cancelled with their inputs kept pending, and the store closes).
 
     With ``worker_command`` (argv, environment), ``workers`` processes running it
     (``dormant run``) execute the slices under a :class:`~dormant.ops.workers.Supervisor`;
@@ -160,11 +161,21 @@ async def serve_http(
     loop = asyncio.get_running_loop()
     signals = 0
 
+    cancelling: list[asyncio.Task[int]] = []
+
+    async def cancel_later() -> int:
+        # running slices get the grace, then are cancelled with their inputs kept pending
+        await asyncio.sleep(runtime.settings.stop_grace_s)
+        runtime.stop()
+        return await runtime.cancel_slices()
+
     def on_signal() -> None:
         nonlocal signals
         signals += 1
-        server.should_exit = True  # stop accepting; open requests and running slices finish
+        server.should_exit = True  # stop accepting; open requests finish
         app.state.server.hub.close()  # event streams end now, or shutdown would wait for them
+        if not cancelling:
+            cancelling.append(asyncio.create_task(cancel_later()))
         if signals > 1:
             server.force_exit = True
 
@@ -177,6 +188,8 @@ async def serve_http(
         await server.serve(sockets=[sock])
     finally:
         announcing.cancel()
+        for task in cancelling:
+            task.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
         sock.close()

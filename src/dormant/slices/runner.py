@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import msgspec
@@ -51,7 +51,14 @@ from ..memory import facts
 from ..memory.facade import Memory
 from ..metrics import RuntimeStats
 from ..models.base import MAX_REPLY_BYTES, ModelEvent, ModelReply, ModelRequest, collect
-from ..records import Claim, CommitPlan, SliceLoad, Summary, Thread, ToolCall, Usage, ViewLimits
+from ..records import (
+    Claim,
+    SliceLoad,
+    Summary,
+    Thread,
+    Usage,
+    ViewLimits,
+)
 from ..store.base import Store
 from ..text import clean
 from ..tokens import TokenCounter
@@ -60,76 +67,26 @@ from ..tools.blobs import stored_output
 from ..tools.pool import ToolThreads
 from ..tools.spec import ToolContext, timeout_reason
 from ..view import budget, builder
+from ..view import ratio as ratio_rules
 from ..view.pages import PagePolicy
+from ..view.ratio import TokenRatios
 from . import compaction
 from .memory import LoopMemory, Prepared, SubjectMemory
+from .replies import (
+    MAX_SCALED,
+    StreamDeadline,
+    clean_reply,
+    counted,
+    crashed_out,
+    failures_of,
+    fill_counts,
+    kept_ratio,
+    tapped,
+)
 from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .step import InlineCall, InlineResult, Turn
 
 log = logging.getLogger("dormant.runtime")
-
-
-def counted(plan: CommitPlan, counter: TokenCounter) -> CommitPlan:
-    """``plan`` with the token count of each of its messages: counted once, as they are
-    written, so no view ever counts history again. Only for limits that count tokens
-    (:attr:`ViewLimits.counts_tokens`); else messages are stored uncounted (0).
-
-    (Counting on a thread of its own, since tiktoken releases the GIL while it
-    encodes, was measured slower: 1,085 against 1,872 turns/s on agent_scale, the
-    GIL hand-offs costing more than the encoding.)
-    """
-    messages = tuple(msgspec.structs.replace(m, tokens=counter.message(m)) for m in plan.messages)
-    return msgspec.structs.replace(plan, messages=messages)
-
-
-def clean_reply(reply: ModelReply) -> ModelReply:
-    """``reply`` with its text, reasoning, finish reason and tool calls cleaned
-    (:func:`~dormant.text.clean`); the same object when nothing needed it (the common
-    case: a few scans, no copy)."""
-    text = clean(reply.text)
-    reasoning = clean(reply.reasoning)
-    finish = clean(reply.finish_reason) if reply.finish_reason is not None else None
-    changed = text is not reply.text or reasoning is not reply.reasoning or finish is not reply.finish_reason
-    calls = []
-    for call in reply.tool_calls:
-        cleaned = _clean_call(call)
-        changed = changed or cleaned is not call
-        calls.append(cleaned)
-    if not changed:
-        return reply
-    return msgspec.structs.replace(
-        reply, text=text, tool_calls=tuple(calls), reasoning=reasoning, finish_reason=finish
-    )
-
-
-def _clean_call(call: ToolCall) -> ToolCall:
-    ident, name, arguments = clean(call.id), clean(call.name), clean(call.arguments)
-    if ident is call.id and name is call.name and arguments is call.arguments:
-        return call
-    return ToolCall(id=ident, name=name, arguments=arguments)
-
-
-async def tapped(
-    stream: AsyncIterator[ModelEvent], thread_id: str, observe: Callable[[str, ModelEvent], None]
-) -> AsyncIterator[ModelEvent]:
-    """``stream``, showing each event to ``observe`` as it passes."""
-    async for event in stream:
-        observe(thread_id, event)
-        yield event
-
-
-def failures_of(claim: Claim, thread: Thread) -> int:
-    """This slice's failure number: the attempts the store counted when it was claimed
-    (a slice that killed its worker counted too); for a claim made by hand, without
-    that count (``attempts`` 0), the thread's recorded failures plus this one."""
-    return claim.attempts if claim.attempts > 0 else thread.failures + 1
-
-
-def crashed_out(claim: Claim, model_retries: int) -> bool:
-    """Whether the thread was claimed more than ``model_retries + 1`` times without a
-    commit: the earlier slices did not even fail (their workers died, killed by the
-    slice, say), and this one must not run (a poison pill)."""
-    return claim.attempts > model_retries + 1
 
 
 class SliceBoundary(Protocol):
@@ -194,6 +151,10 @@ class SliceRunner:
         #: memory in the loop, for agents with a subject; None: no memory here
         self.loop_memory = LoopMemory(store, memory) if memory is not None else None
         self._counters: dict[str, TokenCounter] = {}
+        #: per model: its tokens against dormant's count, learned from the server (:mod:`dormant.view.ratio`)
+        self.ratios = TokenRatios()
+        #: (agent, quantized ratio) -> (limits, sections): budgets under a learned ratio, bounded
+        self._scaled: dict[tuple[str, float], tuple[ViewLimits, tuple[int, int]]] = {}
         self._names = frozenset(agents)
         self._store_errors = 0  # slices in a row that the store could not take
         #: optional observers (see :attr:`dormant.runtime.Runtime.on_change`, ``on_delta``)
@@ -205,6 +166,34 @@ class SliceRunner:
         if counter is None:
             counter = self._counters[encoding] = TokenCounter(encoding)
         return counter
+
+    def learns(self, agent: Agent) -> bool:
+        """Whether ``agent``'s model learns its token ratio from the server's usage."""
+        return bool(getattr(agent.model, "learns_tokens", False))
+
+    def limits_at(self, agent: Agent, ratio: float) -> tuple[ViewLimits, tuple[int, int]]:
+        """The view limits and section shares of ``agent`` under token ``ratio`` (rounded up
+        to a step; at most :data:`MAX_SCALED` budgets are kept). A ratio whose budget would
+        be under the minimum gets the minimum (the server's refusal says the rest)."""
+        step = ratio_rules.quantize(ratio)
+        if step <= 1.0:
+            return self.limits[agent.name], self.sections[agent.name]
+        key = (agent.name, step)
+        hit = self._scaled.get(key)
+        if hit is not None:
+            return hit
+        policy = self.pages[agent.name]
+        subject = agent.subject is not None
+        try:
+            full = budget.limits_for(agent, self.settings, step)
+        except UsageError:
+            base = self.limits[agent.name]
+            full = msgspec.structs.replace(base, max_tokens=budget.MIN_VIEW_TOKENS)
+        made = (policy.view_limits(full, subject=subject), policy.sections(full, subject=subject))
+        if len(self._scaled) >= MAX_SCALED:
+            self._scaled.pop(next(iter(self._scaled)))
+        self._scaled[key] = made
+        return made
 
     async def run(self, claim: Claim) -> None:
         """Run one slice for ``claim``: load, decide, call, commit. Never raises
@@ -248,9 +237,10 @@ class SliceRunner:
         agent = self.agents.get(claim.agent)
         if agent is None:
             raise UsageError(f"thread {claim.thread_id!r} runs unknown agent {claim.agent!r}")
-        limits = self.limits[agent.name]
+        ratio = self.ratios.get(agent.model.name) if self.learns(agent) else 1.0
+        limits, sections = self.limits_at(agent, ratio)
         try:
-            await self._attempt(claim, agent, limits)
+            await self._attempt(claim, agent, limits, sections, ratio)
         except ModelError as exc:
             if not exc.context_overflow:
                 raise
@@ -263,19 +253,37 @@ class SliceRunner:
                 exc,
                 extra={"thread_id": claim.thread_id, "error": clean(str(exc))},
             )
-            await self._attempt(claim, agent, compaction.after_overflow(limits))
+            if self.learns(agent):  # the refusal taught the ratio: the retry is within it
+                ratio = max(ratio, self.ratios.get(agent.model.name))
+                limits, sections = self.limits_at(agent, ratio)
+            await self._attempt(claim, agent, compaction.after_overflow(limits), sections, ratio)
 
-    async def _attempt(self, claim: Claim, agent: Agent, limits: ViewLimits) -> None:
+    async def _attempt(
+        self,
+        claim: Claim,
+        agent: Agent,
+        limits: ViewLimits,
+        sections: tuple[int, int] | None = None,
+        ratio: float = 1.0,
+    ) -> None:
         """Load a view within ``limits``, run the turn, commit it."""
         load = await self.store.load_slice(claim, limits)
+        learns = self.learns(agent)
+        if learns:
+            kept = ratio_rules.stored_ratio(load.state, agent.model.name)
+            if ratio_rules.quantize(kept) > ratio_rules.quantize(ratio):
+                # this thread taught a larger ratio before (another process, a restart)
+                ratio = self.ratios.raise_to(agent.model.name, kept)
+                limits, sections = self.limits_at(agent, ratio)
+                load = await self.store.load_slice(claim, limits)
+        if sections is None:
+            sections = self.sections[agent.name]
         # a tokenizer only where bytes cannot prove the next views fit (builder.needs_counts)
         counter = self._counter(limits.encoding) if builder.needs_counts(load, limits) else None
         prepared: Prepared | None = None
         if agent.subject is not None and self.loop_memory is not None:
             started = time.perf_counter()
-            prepared = await self.loop_memory.prepare(
-                load, agent.subject, self.sections[agent.name], agent.name
-            )
+            prepared = await self.loop_memory.prepare(load, agent.subject, sections, agent.name)
             self.stats.recall_latency.add(time.perf_counter() - started)
         summary = None
         spent: Usage | None = None  # by the compaction call
@@ -312,25 +320,37 @@ class SliceRunner:
             plan = prepared.finish(plan, found)  # registers and memories: in this transaction
             plan, dropped = await self.loop_memory.seal(prepared, plan)
             self.stats.memories_dropped += dropped
-        await self.store.commit_slice(plan if counter is None else counted(plan, counter))
+        if learns:
+            plan = kept_ratio(plan, load, agent.model.name, self.ratios.get(agent.model.name))
+        if counter is not None:
+            await fill_counts(limits.encoding, [m.content for m in plan.messages])
+            plan = counted(plan, counter)
+        await self.store.commit_slice(plan)
 
     async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
         """One model call under the model timeout; the reply cleaned. A ``live`` one (a
         turn's, not a compaction's) is shown to :attr:`on_delta` as it streams."""
         started = time.perf_counter()
+        first, gap = self.settings.model_timeout_s, self.settings.model_stream_timeout_s
+        deadline = StreamDeadline(first, gap)
         try:
-            async with asyncio.timeout(self.settings.model_timeout_s):
-                stream = agent.model.stream(request)
+            async with asyncio.timeout(first) as scope:
+                stream = deadline.watch(agent.model.stream(request), scope)
                 if live and self.on_delta is not None:
                     stream = tapped(stream, request.thread_id, self.on_delta)
                 reply = await collect(stream)
         except TimeoutError:
-            timeout = self.settings.model_timeout_s
-            raise ModelError(f"the model did not answer within {timeout:g}s") from None
+            raise ModelError(deadline.reason(), retryable=True) from None
         except ModelError as exc:
             if exc.kind == "refused":
                 self.stats.refusals += 1
+            if exc.context_overflow and self.learns(agent):
+                real = ratio_rules.overflow_tokens(str(exc))
+                if real is not None:
+                    self._observe(agent, request, real)
             raise
+        if reply.usage is not None and reply.usage.prompt > 0 and self.learns(agent):
+            self._observe(agent, request, reply.usage.prompt)
         self.stats.completions += 1
         self.stats.model_latency.add(time.perf_counter() - started)
         if reply.usage is not None:
@@ -345,6 +365,24 @@ class SliceRunner:
                 extra={"thread_id": request.thread_id},
             )
         return clean_reply(reply)
+
+    def _observe(self, agent: Agent, request: ModelRequest, real: int) -> None:
+        """Teach the model's token ratio: the server counted ``real`` prompt tokens for ``request``."""
+        model = agent.model
+        overhead = getattr(getattr(model, "chat_overhead", None), "message", 3)
+        estimated = ratio_rules.estimate(request, self._counter(model.encoding), overhead)
+        before = self.ratios.get(model.name)
+        after = self.ratios.observe(model.name, real, estimated)
+        if ratio_rules.quantize(after) > ratio_rules.quantize(before):
+            log.info(
+                "model_token_ratio thread=%s model=%s ratio=%.2f (server counted %d, dormant %d)",
+                request.thread_id,
+                model.name,
+                after,
+                real,
+                estimated,
+                extra={"thread_id": request.thread_id, "ratio": round(after, 3)},
+            )
 
     async def _continue(self, agent: Agent, turn: Turn, reply: ModelReply) -> ModelReply:
         """``reply`` continued while the output cap cut it, at most the agent's
@@ -415,7 +453,10 @@ class SliceRunner:
             )
         found = parsed.facts + policy.moved_out(own[: index + 1]) if agent.subject is not None else ()
         self.stats.facts_found += len(found)
-        tokens = counter.count("system", parsed.summary) if counter is not None else 0
+        tokens = 0
+        if counter is not None:
+            await fill_counts(limits.encoding, [parsed.summary])
+            tokens = counter.count("system", parsed.summary)
         new = compaction.summary(load, index, parsed.summary, tokens, self.clock())
         return compaction.compacted(load, index, new), new, reply.usage, found
 

@@ -157,6 +157,11 @@ class Backend(Protocol):
         """The thread's row, None if missing (API read connection)."""
         ...
 
+    async def wake_waiting(self, endpoint: str) -> int:
+        """Threads not leased whose ``wait_reason`` contains ``endpoint``: claimable now
+        (``lease_expires`` and ``wait_until`` set to now, the reason kept); how many."""
+        ...
+
     async def retry_thread(self, thread_id: str) -> Thread | None:
         """Status ``active``, failures 0, error cleared, readiness recomputed, claimable now
         (``lease_expires`` 0) unless a live lease is held: a running slice keeps its lease

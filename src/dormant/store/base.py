@@ -195,6 +195,11 @@ class Store(Protocol):
         """Make a failed thread active again (failure count reset)."""
         ...
 
+    async def wake_waiting(self, endpoint: str) -> int:
+        """Make the threads that wait on model ``endpoint`` (an outage: their
+        ``wait_reason`` names it) claimable now; how many. A running slice keeps its lease."""
+        ...
+
     async def claim_outbox(
         self,
         worker: str,

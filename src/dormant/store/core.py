@@ -53,6 +53,8 @@ from .backend import Backend
 from .base import clamp_limit, seq_cursor
 from .core_retention import RetentionRules
 from .core_tenants import TenantRules
+from .core_waits import MAX_WAIT_REASON as MAX_WAIT_REASON
+from .core_waits import ModelWaits, cut_reason
 from .journal import StateJournal
 from .rows import MAX_ROW_STATE_BYTES, row_state
 from .views import PendingCounts, ViewReads, load_view
@@ -69,8 +71,6 @@ _log = logging.getLogger(__name__)
 DEFAULT_VIEW_CACHE_BYTES = 24 * 1024 * 1024
 #: Disk for views evicted from RAM (:mod:`dormant.view.spill`).
 DEFAULT_VIEW_SPILL_BYTES = 256 * 1024 * 1024
-#: Most characters of a thread's ``wait_reason`` kept.
-MAX_WAIT_REASON = 1_000
 
 
 def result_input(thread_id: str, call_id: str, tool: str | None, content: str, is_error: bool) -> NewInput:
@@ -168,7 +168,7 @@ def check_plan(plan: CommitPlan) -> None:
         raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
 
 
-class StoreCore(TenantRules, RetentionRules):
+class StoreCore(TenantRules, RetentionRules, ModelWaits):
     """The :class:`~dormant.store.base.Store` over one backend.
 
     ``views`` is the view cache (created from ``view_cache_bytes`` and
@@ -403,17 +403,13 @@ class StoreCore(TenantRules, RetentionRules):
         fail: bool = False,
         wait: str | None = None,
     ) -> None:
-        """Give a lease back without a commit."""
+        """Give a lease back without a commit (a ``wait`` reason cut to :data:`MAX_WAIT_REASON`)."""
         self.pending_counts.take(claim.thread_id)
-        if wait is not None:
-            wait = wait[:MAX_WAIT_REASON]
-        await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail, wait=wait)
+        await self.backend.release(claim, retry_at=retry_at, error=error, fail=fail, wait=cut_reason(wait))
 
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend the leases still held."""
-        if not claims:
-            return []
-        return await self.backend.renew_leases(claims, lease_s)
+        return await self.backend.renew_leases(claims, lease_s) if claims else []
 
     # -- outbox ----------------------------------------------------------------------
 

@@ -130,6 +130,7 @@ def view_limits(
     max_bytes: int = 256 * 1024,
     max_tokens: int = 0,
     margin: float = 0.02,
+    ratio: float = 1.0,
 ) -> ViewLimits:
     """The limits of a view and of every request built on it, under the budget rule.
 
@@ -139,8 +140,14 @@ def view_limits(
     and the bound is over 1/:data:`EXACT_FIXED_SHARE` of the prompt budget. Raises
     :class:`UsageError` when fewer than :data:`MIN_VIEW_TOKENS` are left for history and
     new messages.
+
+    ``ratio`` (at least 1) is what the model's own tokens cost against ``encoding``'s
+    (:mod:`dormant.view.ratio`): the prompt budget is divided by it, so counts stay in
+    ``encoding`` and a byte still bounds a token.
     """
-    prompt = prompt_tokens(window, max_output, margin)
+    if not ratio >= 1.0:
+        raise UsageError(f"a token ratio must be at least 1, not {ratio}")
+    prompt = int(prompt_tokens(window, max_output, margin) / ratio)
     text = schemas_text(schemas)
 
     def left(encoding_used: str | None) -> int:
@@ -157,20 +164,23 @@ def view_limits(
         )
     if limits.max_tokens < MIN_VIEW_TOKENS:
         raise UsageError(
-            f"the model's window of {window} tokens leaves {limits.max_tokens} for history once its "
+            f"the model's window of {window} tokens"
+            + (f" (its tokens {ratio:g}x dormant's count)" if ratio > 1.0 else "")
+            + f" leaves {limits.max_tokens} for history once its "
             f"output ({max_output}), the {margin:.0%} margin, the system prompt and tool schemas are "
             f"counted; at least {MIN_VIEW_TOKENS} needed"
         )
     return limits
 
 
-def limits_for(agent: Agent, settings: Settings) -> ViewLimits:
+def limits_for(agent: Agent, settings: Settings, ratio: float = 1.0) -> ViewLimits:
     """:func:`view_limits` for an :class:`~dormant.agent.Agent` under runtime ``settings``.
 
     The model declares ``context_window``, ``max_output_tokens``, ``encoding`` and its
     ``chat_overhead`` (defaults for a model that declares none: 128k, 4,096, o200k_base,
-    :data:`OPENAI_CHAT`). Raises :class:`UsageError` naming the agent when its budget
-    is too small.
+    :data:`OPENAI_CHAT`). ``ratio``: the model's learned token ratio
+    (:mod:`dormant.view.ratio`). Raises :class:`UsageError` naming the agent when its
+    budget is too small.
     """
     model = agent.model
     try:
@@ -185,6 +195,7 @@ def limits_for(agent: Agent, settings: Settings) -> ViewLimits:
             max_bytes=settings.view_bytes,
             max_tokens=settings.view_tokens,
             margin=settings.prompt_margin,
+            ratio=ratio,
         )
     except UsageError as exc:
         raise UsageError(f"agent {agent.name!r}: {exc}") from None

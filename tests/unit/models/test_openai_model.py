@@ -333,11 +333,19 @@ async def test_connection_refused_is_retried_then_wrapped() -> None:
     assert isinstance(info.value.__cause__, httpx.ConnectError)
 
 
-async def test_timeout_is_retried(server: ScriptServer) -> None:
+async def test_read_timeout_is_retried(server: ScriptServer) -> None:
     server.script(Reply(delay=1.0, chunks=[DONE]), text_reply("fast"))
-    reply = await run(make_model(server, timeout=0.2))
+    reply = await run(make_model(server, timeout=0.2, read_timeout=0.2))
     assert reply.text == "fast"
     assert len(server.received) == 2
+
+
+async def test_timeout_alone_does_not_bound_a_slow_first_byte(server: ScriptServer) -> None:
+    # a long prompt on a CPU: the server answers late; the slice's deadlines govern, not the adapter's
+    server.script(Reply(delay=0.6, chunks=text_reply("slow but whole").chunks))
+    reply = await run(make_model(server, timeout=0.2, max_retries=0))
+    assert reply.text == "slow but whole"
+    assert len(server.received) == 1
 
 
 # --------------------------------------------------------------------------- broken streams

@@ -447,6 +447,13 @@ class PostgresBackend(BackendDefaults):
         }
         await self._write(Job(sql.RELEASE, params, _none, threads=(claim.thread_id,)))
 
+    async def wake_waiting(self, endpoint: str) -> int:
+        """Threads waiting on ``endpoint`` claimable now; how many."""
+        params = {"now": self.clock(), "endpoint": clean_text(endpoint)}
+        job = Job(sql.WAKE_WAITING, params, lambda rows, count: count, notify=NOTIFY_THREADS)
+        woken: int = await self._write(job)
+        return woken
+
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend the leases still held; the renewed claims."""
         expires = self.clock() + lease_s

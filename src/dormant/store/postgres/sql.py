@@ -93,6 +93,12 @@ UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = %(ret
     ready_at = CASE WHEN %(fail)s THEN NULL ELSE ready_at END
 WHERE id = %(id)s AND lease_token = %(token)s
 """
+# The model endpoint a thread waits on answers again: claimable now (a held lease is left alone).
+WAKE_WAITING = """
+UPDATE threads SET lease_expires = %(now)s, wait_until = %(now)s
+WHERE wait_reason IS NOT NULL AND lease_token IS NULL AND lease_expires > %(now)s
+  AND strpos(wait_reason, %(endpoint)s::text) > 0
+"""
 # A live lease is left alone: the slice running under it keeps its thread.
 RETRY_THREAD = f"""
 UPDATE threads t SET status = 'active', failures = 0, error = NULL, updated_at = %(now)s,

@@ -473,6 +473,16 @@ class SQLiteBackend(BackendDefaults):
         now = self.clock()
         await self._write(lambda conn: jobs.release(conn, claim, now, retry_at, error, fail, wait))
 
+    async def wake_waiting(self, endpoint: str) -> int:
+        """Threads waiting on ``endpoint`` claimable now; how many."""
+
+        def wake(conn: Conn) -> int:
+            conn.execute(sql.WAKE_WAITING, (self.clock(), endpoint))
+            return int(conn.changes())
+
+        woken: int = await self._write(wake)
+        return woken
+
     async def renew_leases(self, claims: Sequence[Claim], lease_s: float) -> list[Claim]:
         """Extend held leases; the renewed claims."""
         result: list[Claim] = await self._write(lambda conn: jobs.renew(conn, claims, self.clock() + lease_s))

@@ -219,6 +219,11 @@ UPDATE threads SET lease_token = NULL, lease_owner = NULL, lease_expires = ?1,
 WHERE id = ?6 AND lease_token = ?7
 """
 RENEW_LEASE = "UPDATE threads SET lease_expires = ? WHERE id = ? AND lease_token = ?"
+# The model endpoint a thread waits on answers again: claimable now (a held lease is left alone).
+WAKE_WAITING = """
+UPDATE threads SET lease_expires = ?1, wait_until = ?1
+WHERE wait_reason IS NOT NULL AND lease_token IS NULL AND lease_expires > ?1 AND instr(wait_reason, ?2) > 0
+"""
 # The leases of a worker proven dead (its lock file taken, see owners.py) expire now:
 # its threads are claimable at once, its running calls are reconciled by the next
 # outbox claim (idempotent: pending again; others: outcome unknown).
