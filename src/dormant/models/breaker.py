@@ -78,6 +78,7 @@ class CircuitBreaker:
         self._open_until = 0.0  # while now < this, calls fail fast
         self._probing_until = 0.0  # a half-open probe is out until then
         self._listeners: list[Callable[[str], None]] = []
+        self._unreachable = False  # the last failure: no connection at all
 
     def listen(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call ``listener(endpoint)`` each time the breaker closes after it had opened
@@ -121,6 +122,7 @@ class CircuitBreaker:
         """The endpoint answered: close the breaker (and tell the listeners if it was open)."""
         with self._lock:
             reopened = self._failures >= self.threshold
+            self._unreachable = False
             self._failures = 0
             self._opens = 0
             self._open_until = self._probing_until = 0.0
@@ -131,9 +133,11 @@ class CircuitBreaker:
             except Exception:  # a listener's failure is not the caller's
                 log.exception("breaker_listener_failed", extra={"endpoint": self.endpoint})
 
-    def failure(self) -> None:
-        """The endpoint failed (transport error or 5xx): count it, open past the threshold."""
+    def failure(self, *, unreachable: bool = False) -> None:
+        """The endpoint failed (transport error or 5xx): count it, open past the threshold.
+        ``unreachable``: it could not be reached at all (not an error answer)."""
         with self._lock:
+            self._unreachable = unreachable
             self._failures += 1
             if self._failures >= self.threshold:
                 now = self.clock()
@@ -143,6 +147,11 @@ class CircuitBreaker:
 
     def _cooldown(self) -> float:
         return min(self.cooldown_s * (2.0 ** min(self._opens, 30)), self.max_cooldown_s)
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the last failure was no connection at all (the server is gone)."""
+        return self._unreachable
 
     @property
     def closed(self) -> bool:

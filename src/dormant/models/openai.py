@@ -19,6 +19,7 @@ breaker (:mod:`dormant.models.breaker`): while it is open, calls fail fast with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import logging
 import os
@@ -199,6 +200,22 @@ class OpenAIChatModel:
             self.base_url, self.name, endpoint=self.endpoint, api_key=self._api_key, client=self._client
         )
 
+    async def reachable(self) -> bool:
+        """Whether the server's host and port take a TCP connection now (no HTTP request;
+        bounded by a second)."""
+        parts = urllib.parse.urlsplit(self.base_url)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            async with asyncio.timeout(1.0):
+                _, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
     async def healthy(self) -> bool:
         """Whether the server answers ``GET {base_url}/models`` with a success now (a
         cheap check, bounded by a few seconds; llama.cpp answers 503 while loading)."""
@@ -271,7 +288,7 @@ class OpenAIChatModel:
                     raise ModelError(f"model request failed: {message}", retryable=False) from exc
                 if yielded:
                     raise ModelError(f"model stream broke: {message}", retryable=True) from exc
-                self.breaker.failure()
+                self.breaker.failure(unreachable=isinstance(exc, httpx.ConnectError))
                 failure, cause = Retry(message, outage=True), exc
             except httpx.HTTPError as exc:
                 raise ModelError(f"model request failed: {_describe(exc)}", retryable=True) from exc

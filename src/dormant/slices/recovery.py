@@ -8,9 +8,13 @@ that wait early, before its timer:
 * the endpoint's circuit breaker closes (a call or a health check got through): the
   breaker's listener makes every thread waiting on that endpoint claimable now
   (:meth:`dormant.store.base.Store.wake_waiting`) and wakes the scheduler;
-* while a breaker is open, :class:`EndpointWatch` asks the server every
-  ``interval_s`` whether it is back (``model.healthy()``, a cheap ``GET /models``);
-  a healthy answer closes the breaker, which wakes the threads as above.
+* while a breaker is open, :class:`EndpointWatch` checks every ``interval_s`` whether
+  the server's port takes connections (``model.reachable()``, no HTTP request). Once a
+  check, or the breaker's last failure, has found it closed (the server is gone, not
+  just failing), it asks the server
+  whether it is back (``model.healthy()``, a cheap ``GET /models``) at each check until
+  it is; a healthy answer closes the breaker, which wakes the threads as above. A
+  server that answers with errors all along is left to the breaker's own probes.
 
 Bounded: one listener and at most one wake in flight per endpoint the runtime's agents
 use; one health check per open endpoint per interval.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
+from typing import Protocol, cast
 
 from ..agent import Agent
 from ..models.breaker import CircuitBreaker
@@ -33,6 +37,8 @@ log = logging.getLogger("dormant.runtime")
 
 
 class _Checkable(Protocol):
+    def reachable(self) -> Awaitable[bool]: ...
+
     def healthy(self) -> Awaitable[bool]: ...
 
 
@@ -45,13 +51,16 @@ class EndpointWatch:
         self.store = store
         self.wake = wake
         self.interval_s = interval_s
-        #: endpoint -> (its breaker, a model that can check its health or None)
-        self.endpoints: dict[str, tuple[CircuitBreaker, Callable[[], Awaitable[bool]] | None]] = {}
+        #: endpoint -> (its breaker, the model that can check it, or None)
+        self.endpoints: dict[str, tuple[CircuitBreaker, _Checkable | None]] = {}
         for agent in agents:
             breaker = getattr(agent.model, "breaker", None)
             if isinstance(breaker, CircuitBreaker) and breaker.endpoint not in self.endpoints:
-                check = getattr(agent.model, "healthy", None)
-                self.endpoints[breaker.endpoint] = (breaker, check if callable(check) else None)
+                model = agent.model
+                checks = all(callable(getattr(model, name, None)) for name in ("healthy", "reachable"))
+                self.endpoints[breaker.endpoint] = (breaker, cast(_Checkable, model) if checks else None)
+        #: endpoints found unreachable since their breaker opened
+        self.gone: set[str] = set()
         self._waking: dict[str, asyncio.Task[None]] = {}
         self.woken = 0  # threads woken so far
 
@@ -68,10 +77,9 @@ class EndpointWatch:
         stops = [breaker.listen(closed) for breaker, _ in self.endpoints.values()]
         try:
             while not stop.is_set():
-                for breaker, check in self.endpoints.values():
-                    if check is not None and not breaker.closed and await check():
-                        log.info("model_endpoint_back", extra={"endpoint": breaker.endpoint})
-                        breaker.success()  # its listener wakes the waiting threads
+                for endpoint, (breaker, model) in self.endpoints.items():
+                    if model is not None:
+                        await self._check(endpoint, breaker, model)
                 try:
                     async with asyncio.timeout(self.interval_s):
                         await stop.wait()
@@ -83,6 +91,20 @@ class EndpointWatch:
             for task in list(self._waking.values()):
                 task.cancel()
             await asyncio.gather(*self._waking.values(), return_exceptions=True)
+
+    async def _check(self, endpoint: str, breaker: CircuitBreaker, model: _Checkable) -> None:
+        """One check of an endpoint (see the module docstring)."""
+        if breaker.closed:
+            self.gone.discard(endpoint)
+            return
+        if endpoint not in self.gone and not breaker.unreachable:
+            if not await model.reachable():
+                self.gone.add(endpoint)
+            return
+        if await model.reachable() and await model.healthy():
+            self.gone.discard(endpoint)
+            log.info("model_endpoint_back", extra={"endpoint": endpoint})
+            breaker.success()  # its listener wakes the waiting threads
 
     def _closed(self, endpoint: str) -> None:
         """The breaker of ``endpoint`` closed: wake its waiting threads (one wake at a time)."""

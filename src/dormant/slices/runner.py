@@ -270,6 +270,9 @@ class SliceRunner:
         load = await self.store.load_slice(claim, limits)
         learns = self.learns(agent)
         if learns:
+            if load.state is None:  # not on the row: the journal has it (then the row will)
+                recovered = await self.store.journal.recover(claim.thread_id)
+                load = msgspec.structs.replace(load, state=dict(recovered.state))
             kept = ratio_rules.stored_ratio(load.state, agent.model.name)
             if ratio_rules.quantize(kept) > ratio_rules.quantize(ratio):
                 # this thread taught a larger ratio before (another process, a restart)
