@@ -17,8 +17,10 @@ of a later request of the session. A request that declares tools needs a session
 Without a session the request is stateless: a scratch thread gets the user messages,
 answers, and is deleted.
 
-``usage`` counts the tokens of the messages this request added and of the reply, not
-the whole prompt (the view the agent saw is the runtime's business).
+``usage`` is what the model server counted for the turn: ``prompt_tokens`` the whole
+prompt the model read (summed over the turn's model calls), ``completion_tokens`` what
+it wrote; ``added_tokens`` (an extra field) the tokens of the messages this request
+added. A server that reports no usage gets dormant's counts instead.
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ def usage(outcome: Outcome) -> dict[str, int]:
         "prompt_tokens": outcome.prompt_tokens,
         "completion_tokens": outcome.completion_tokens,
         "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+        "added_tokens": outcome.added_tokens,
     }
 
 

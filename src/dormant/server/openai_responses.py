@@ -199,6 +199,7 @@ def response_body(
             "input_tokens": outcome.prompt_tokens,
             "output_tokens": outcome.completion_tokens,
             "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+            "added_tokens": outcome.added_tokens,
             "input_tokens_details": {"cached_tokens": 0},
             "output_tokens_details": {"reasoning_tokens": 0},
         }
@@ -230,16 +231,15 @@ def message_item(msg_id: str, text: str, status: str) -> dict[str, Any]:
 
 
 async def stream_events(
-    scope: Scope,
+    rid: str,
     model: str,
     turns: AsyncGenerator[str | Outcome, None],
-    thread_id: str,
     extra: dict[str, Any],
 ) -> AsyncIterator[str]:
-    """The Responses event sequence for one streamed response."""
+    """The Responses event sequence for one streamed response: one id, ``rid``, from
+    ``response.created`` to ``response.completed`` (clients check that it holds)."""
     seq = 0
     msg_id = f"msg_{uuid.uuid4().hex}"
-    pending_id = f"resp_pending_{uuid.uuid4().hex}"
 
     def event(kind: str, **data: Any) -> str:
         nonlocal seq
@@ -249,7 +249,7 @@ async def stream_events(
     where = {"item_id": msg_id, "output_index": 0, "content_index": 0}
     text = ""
     try:
-        yield event("response.created", response=response_body(pending_id, model, None, msg_id, extra))
+        yield event("response.created", response=response_body(rid, model, None, msg_id, extra))
         yield event(
             "response.output_item.added", output_index=0, item=message_item(msg_id, "", "in_progress")
         )
@@ -268,7 +268,6 @@ async def stream_events(
             yield event(
                 "response.output_item.done", output_index=0, item=message_item(msg_id, final, "completed")
             )
-            rid = response_id(scope, thread_id, item.reply.seq)
             body = response_body(rid, model, item, msg_id, extra)
             for index, call in enumerate(body["output"][1:] if final else body["output"], start=1):
                 yield event("response.output_item.added", output_index=index, item=call)
@@ -319,8 +318,14 @@ async def responses(
             "send a new key for a new request"
         ) from None
     if body.stream:
+        # the id is known before the reply: the thread and the seq the response starts after
+        try:
+            start = (await rt.thread(thread_id, tenant=scope.tenant_id)).last_seq
+        except NotFound:
+            start = 0
+        rid = response_id(scope, thread_id, start + 1)
         return StreamingResponse(
-            stream_events(scope, body.model, turns, thread_id, extra),
+            stream_events(rid, body.model, turns, extra),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store"},
         )

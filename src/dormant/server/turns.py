@@ -38,8 +38,12 @@ class Outcome:
     reply: Message
     finish_reason: str
     tool_calls: tuple[ToolCall, ...]
+    #: what the model read for this turn, as its server counted it (summed over the
+    #: turn's model calls); the added messages' count when the server sent no usage
     prompt_tokens: int
     completion_tokens: int
+    #: tokens of the messages this request added (dormant's count)
+    added_tokens: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,11 +213,13 @@ def _outcome(
 ) -> Outcome:
     written = [m.content for m in turn if m.role == "assistant"]
     written += [c.arguments for m in turn for c in m.tool_calls]
+    counted = [m.usage for m in turn if m.role == "assistant" and m.usage is not None]
     return Outcome(
         thread_id=thread_id,
         reply=last,
         finish_reason=reason,
         tool_calls=calls,
-        prompt_tokens=prompt,
-        completion_tokens=tokens_of(written),
+        prompt_tokens=sum(u.prompt for u in counted) if counted else prompt,
+        completion_tokens=sum(u.completion for u in counted) if counted else tokens_of(written),
+        added_tokens=prompt,
     )
