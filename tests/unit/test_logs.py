@@ -87,3 +87,17 @@ def test_setup_logging_picks_the_format(capsys: pytest.CaptureFixture[str]) -> N
         assert "slice_done thread_id='t'" in capsys.readouterr().err
     finally:
         root.handlers[:], root.level, root.propagate = saved[0], saved[1], saved[2]
+
+
+def test_log_lines_go_to_the_current_stderr_so_a_spinner_can_print_them_above_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    import logging
+    import sys
+
+    setup_logging("warning")
+    swapped = io.StringIO()  # what rich's live display puts in place of sys.stderr
+    monkeypatch.setattr(sys, "stderr", swapped)
+    logging.getLogger("dormant.runtime").warning("model_reply_cut thread=t: the reply hit the output cap")
+    assert "model_reply_cut" in swapped.getvalue()

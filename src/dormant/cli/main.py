@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import msgspec
 import typer
@@ -117,9 +117,26 @@ class LogFormat(StrEnum):
     json = "json"
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler that writes to whatever ``sys.stderr`` is when a record comes: under a live
+    display (chat's spinner) rich swaps it, and the line then prints above the spinner, not
+    over it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass  # always the current sys.stderr
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Send dormant's structured logs to stderr at ``level``, as text or JSON lines."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else EventFormatter())
     root = logging.getLogger("dormant")
     root.handlers[:] = [handler]

@@ -90,7 +90,9 @@ def call_id(model_id: str, seq: int, index: int) -> str:
 
 
 def input_message(item: Input, seq: int, now: float) -> Message:
-    """The history message an input becomes when a slice consumes it."""
+    """The history message an input becomes when a slice consumes it. A user's (or an
+    event's, a report's) message is dated when it was sent (admitted), a tool result
+    when the slice read it."""
     if item.kind == "tool_result":
         return Message(
             seq=seq,
@@ -108,7 +110,8 @@ def input_message(item: Input, seq: int, now: float) -> Message:
         content = f"{_PREFIX[item.kind]} {item.content}"
     else:
         content = item.content
-    return Message(seq=seq, role="user", content=content, source=item.kind, input_id=item.id, created_at=now)
+    sent = item.admitted_at if 0 < item.admitted_at <= now else now
+    return Message(seq=seq, role="user", content=content, source=item.kind, input_id=item.id, created_at=sent)
 
 
 class Turn:

@@ -436,3 +436,34 @@ def test_without_the_declaration_a_client_tool_is_an_unknown_tool() -> None:
     plan = turn.plan()
     assert plan.calls == () and plan.awaiting == 0
     assert "unknown tool" in next(iter(tool_results(plan).values()))
+
+
+def test_a_user_message_is_dated_when_it_was_sent() -> None:
+    from dormant.records import Input, Priority
+    from dormant.slices.step import input_message
+
+    sent = Input(
+        id=1,
+        thread_id="t",
+        kind="user",
+        dedup_key="k",
+        content="hi",
+        priority=Priority(1),
+        not_before=0.0,
+        admitted_at=100.0,
+    )
+    assert input_message(sent, 1, now=160.0).created_at == 100.0
+    tool = Input(
+        id=2,
+        thread_id="t",
+        kind="tool_result",
+        dedup_key="c",
+        content="out",
+        priority=Priority(1),
+        not_before=0.0,
+        admitted_at=100.0,
+        call_id="c",
+        tool_name="x",
+    )
+    assert input_message(tool, 2, now=160.0).created_at == 160.0
+    assert input_message(sent, 1, now=50.0).created_at == 50.0, "a clock behind the sender's: now"
