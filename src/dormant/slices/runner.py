@@ -86,16 +86,7 @@ from .replies import (
 from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .step import InlineCall, InlineResult, Turn
 
-__all__ = [
-    "SliceBoundary",
-    "SliceRunner",
-    "StreamDeadline",
-    "clean_reply",
-    "counted",
-    "crashed_out",
-    "failures_of",
-    "tapped",
-]
+__all__ = ["SliceRunner", "StreamDeadline", "clean_reply", "counted", "crashed_out", "failures_of", "tapped"]
 
 log = logging.getLogger("dormant.runtime")
 
