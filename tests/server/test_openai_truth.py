@@ -36,6 +36,8 @@ async def test_the_official_responses_stream_keeps_one_response_id() -> None:
             final = await stream.get_final_response()
         assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
         assert final.output_text == "echo: hello there"
+        stored = await c.responses.retrieve(final.id)
+        assert stored.id == final.id and stored.output_text == "echo: hello there"
         # the id continues the conversation
         again = await c.responses.create(model="assistant", input="and more", previous_response_id=final.id)
         assert again.output_text == "echo: and more"

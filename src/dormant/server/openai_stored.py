@@ -37,13 +37,22 @@ _ITEM_ID = re.compile(r"^(?:msg|fco)_([0-9]{1,18})$")
 
 
 async def _reply(request: Request, scope: Scope, rid: str) -> tuple[str, Message]:
-    """The stored thread and assistant message a response id names; NotFound otherwise."""
+    """The stored thread and assistant message a response id names; NotFound otherwise.
+
+    An id names its reply's seq, or, for a streamed response (whose id is given before
+    the reply exists), the seq its turn starts at: then the turn's reply is the first
+    assistant message without tool calls from there (within :data:`LOOKBACK` messages)."""
     thread_id, seq = parse_response_id(scope, rid)
     rt = state_of(request).runtime
-    page = await rt.history(thread_id, cursor=str(seq - 1), limit=1, tenant=scope.tenant_id)
-    if not page.items or page.items[0].seq != seq or page.items[0].role != "assistant":
+    page = await rt.history(thread_id, cursor=str(seq - 1), limit=LOOKBACK, tenant=scope.tenant_id)
+    if not page.items or page.items[0].seq != seq:
         raise NotFound(f"no response {rid!r}")
-    return thread_id, page.items[0]
+    if page.items[0].role == "assistant":
+        return thread_id, page.items[0]
+    for message in page.items[1:]:
+        if message.role == "assistant" and not message.tool_calls:
+            return thread_id, message
+    raise NotFound(f"no response {rid!r}")
 
 
 def _outcome(thread_id: str, message: Message) -> Outcome:
