@@ -197,6 +197,14 @@ class Thread(msgspec.Struct, frozen=True, kw_only=True):
     #: waits for the client's answer. Set by the newest admitted input that carried
     #: :attr:`NewInput.tools`; None: none
     client_tools: str | None = None
+    #: whether a slice holds the thread's lease now (or held it when its worker died)
+    leased: bool = False
+
+    @property
+    def failed_attempts(self) -> int:
+        """Slices of this thread that failed in a row: :attr:`failures` less the attempt a
+        running slice counted when it was claimed (a healthy running thread shows 0)."""
+        return max(0, self.failures - 1) if self.leased else self.failures
 
     @property
     def usage(self) -> Usage:

@@ -153,3 +153,39 @@ async def test_a_byte_bounded_history_page_counts_reasoning(store: Store) -> Non
     assert [m.seq for m in page.items] == [2], "always one message, even over the bound"
     page = await store.history("t1", cursor="2", limit=10, max_bytes=500)
     assert [m.seq for m in page.items] == [3, 4] and page.next_cursor is None
+
+
+async def test_a_running_thread_does_not_show_the_attempt_of_its_claim(
+    store: Store, clock: FakeClock
+) -> None:
+    await store.admit([user("t1", "k1")])
+    c = await claim(store, "t1")
+    running = await store.get_thread("t1")
+    assert (running.leased, running.failures, running.failed_attempts) == (True, 1, 0)
+    listed = (await store.list_threads(limit=10)).items[0]
+    assert (listed.leased, listed.failed_attempts) == (True, 0)
+    await store.release(c, retry_at=clock.now + 1, error="ModelError: boom")
+    failed_once = await store.get_thread("t1")
+    assert (failed_once.leased, failed_once.failures, failed_once.failed_attempts) == (False, 1, 1)
+    clock.advance(1)
+    await claim(store, "t1")
+    again = await store.get_thread("t1")
+    assert (again.failures, again.failed_attempts) == (2, 1), "the failure before shows, not the attempt now"
+
+
+async def test_the_thread_waiting_on_an_endpoint_is_woken_when_it_is_back(
+    store: Store, clock: FakeClock
+) -> None:
+    await store.admit([user("t1", "k1"), user("t2", "k2"), user("t3", "k3")])
+    for thread_id, reason in (
+        ("t1", "ModelError: cannot reach http://a.test/v1: refused"),
+        ("t2", "ModelError: model endpoint http://a.test/v1 is failing; circuit open, retry in 60.0s"),
+        ("t3", "ModelError: cannot reach http://b.test/v1: refused"),
+    ):
+        c = await claim(store, thread_id)
+        await store.release(c, retry_at=clock.now + 60, wait=reason)
+    assert await store.claim_threads("w", 10, 30.0) == [], "all three wait"
+    assert await store.wake_waiting("http://a.test/v1") == 2
+    woken = sorted(c.thread_id for c in await store.claim_threads("w", 10, 30.0))
+    assert woken == ["t1", "t2"], "only the threads of the endpoint that is back"
+    assert await store.wake_waiting("") == 0

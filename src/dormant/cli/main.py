@@ -239,7 +239,7 @@ def threads(
                 status,
                 str(row.last_seq),
                 str(row.awaiting),
-                str(row.failures),
+                str(row.failed_attempts),
                 when(row.updated_at),
             ]
             if show_errors:

@@ -93,7 +93,7 @@ class ThreadOut(BaseModel):
             status=thread.status,
             last_seq=thread.last_seq,
             awaiting=thread.awaiting,
-            failures=thread.failures,
+            failures=thread.failed_attempts,
             error=thread.error,
             created_at=thread.created_at,
             updated_at=thread.updated_at,

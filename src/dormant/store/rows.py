@@ -31,7 +31,7 @@ from ..records import (
 THREAD_COLS = (
     "id, agent, parent_id, parent_seq, status, last_seq, awaiting, failures, error, created_at, updated_at, "
     "tokens, summarized_tokens, summary_seq, usage_prompt, usage_completion, usage_cached, "
-    "wait_reason, wait_until, client_tools"
+    "wait_reason, wait_until, client_tools, lease_token IS NOT NULL"
 )
 INPUT_COLS = (
     "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
@@ -84,6 +84,7 @@ def row_thread(row: Sequence[Any]) -> Thread:
         wait_reason=row[17],
         wait_until=row[18],
         client_tools=row[19],
+        leased=bool(row[20]),
     )
 
 
