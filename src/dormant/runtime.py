@@ -276,9 +276,7 @@ class Runtime:
             loops.append(asyncio.create_task(self.governor.run(self._stop), name="dormant-governor"))
         self.retainer = self.retention_loop()
         loops.append(asyncio.create_task(self.retainer.run(self._stop), name="dormant-retention"))
-        watch = EndpointWatch(
-            self.store, self.agents.values(), self.scheduler.wake.set, interval_s=self.settings.model_check_s
-        )
+        watch = EndpointWatch(self.store, self.agents, self.scheduler.wake.set, self.settings.model_check_s)
         loops.append(asyncio.create_task(watch.run(self._stop), name="dormant-recovery"))
         try:
             with gc_tuned():
@@ -564,16 +562,13 @@ class Runtime:
         return thread
 
     async def cancel_slices(self) -> int:
-        """Stop claiming (:meth:`stop`) and cancel every slice running in this process: a
-        prompt shutdown. Each commits nothing and its lease is released at once, so its
-        inputs stay pending and run in the next slice, here or in another process. How
-        many were cancelled."""
+        """Stop claiming (:meth:`stop`) and cancel every slice running in this process (a
+        prompt shutdown): each commits nothing, its lease is released at once and its inputs
+        stay pending for the next slice, here or elsewhere. How many were cancelled."""
         self.stop()
-        claims = [claim for claim, _ in self.scheduler.slices()]
         cancelled = 0
-        for claim in claims:
-            if await self.interrupt(claim.thread_id):
-                cancelled += 1
+        for claim, _ in self.scheduler.slices():  # a copy: interrupting changes the running set
+            cancelled += await self.interrupt(claim.thread_id)
         return cancelled
 
     async def interrupt(self, thread_id: str) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Protocol, cast
 
 from ..agent import Agent
@@ -46,14 +46,18 @@ class EndpointWatch:
     """The breakers of a runtime's models, listened to and checked while open."""
 
     def __init__(
-        self, store: Store, agents: Iterable[Agent], wake: Callable[[], None], *, interval_s: float = 1.0
+        self,
+        store: Store,
+        agents: Mapping[str, Agent] | Iterable[Agent],
+        wake: Callable[[], None],
+        interval_s: float = 1.0,
     ) -> None:
         self.store = store
         self.wake = wake
         self.interval_s = interval_s
         #: endpoint -> (its breaker, the model that can check it, or None)
         self.endpoints: dict[str, tuple[CircuitBreaker, _Checkable | None]] = {}
-        for agent in agents:
+        for agent in agents.values() if isinstance(agents, Mapping) else agents:
             breaker = getattr(agent.model, "breaker", None)
             if isinstance(breaker, CircuitBreaker) and breaker.endpoint not in self.endpoints:
                 model = agent.model

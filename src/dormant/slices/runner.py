@@ -376,8 +376,7 @@ class SliceRunner:
         model = agent.model
         overhead = getattr(getattr(model, "chat_overhead", None), "message", 3)
         estimated = ratio_rules.estimate(request, self._counter(model.encoding), overhead)
-        before = self.ratios.get(model.name)
-        after = self.ratios.observe(model.name, real, estimated)
+        before, after = self.ratios.get(model.name), self.ratios.observe(model.name, real, estimated)
         if ratio_rules.quantize(after) > ratio_rules.quantize(before):
             log.info(
                 "model_token_ratio thread=%s model=%s ratio=%.2f (server counted %d, dormant %d)",
