@@ -74,9 +74,14 @@ async def test_responses_retrieve_input_items_and_delete() -> None:
         assert got.id == second.id and got.output_text == "echo: more" and got.status == "completed"
         items = await c.responses.input_items.list(second.id)
         assert [i.model_dump()["content"][0]["text"] for i in items.data] == ["more"]
-        await c.responses.delete(second.id)
+        for one_of_two in (first.id, second.id):  # never deleted with the other turn
+            with pytest.raises(openai.BadRequestError, match="longer conversation"):
+                await c.responses.delete(one_of_two)
+        assert (await c.responses.retrieve(first.id)).output_text == "echo: hi"
+        alone = await c.responses.create(model="assistant", input="just once")
+        await c.responses.delete(alone.id)
         with pytest.raises(openai.NotFoundError):
-            await c.responses.retrieve(first.id)  # the conversation went with it
+            await c.responses.retrieve(alone.id)
         with pytest.raises(openai.NotFoundError):
             await c.responses.retrieve("resp_zz_1")
         async with s.client(s.key_b) as other:  # another tenant's id is no response of its own

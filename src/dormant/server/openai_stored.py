@@ -10,8 +10,10 @@ but the thread's own messages:
   messages after the previous reply, newest first by default (``order``), paged with
   ``after`` and ``limit`` (at most 100; a turn's inputs are read back at most
   :data:`~dormant.server.turns.LOOKBACK` messages);
-* ``DELETE /v1/responses/{id}`` deletes the response's thread: its conversation and
-  every response of it (a thread is one history; dormant never cuts it in the middle).
+* ``DELETE /v1/responses/{id}`` deletes a response that is its conversation's only one
+  (with its thread); a response of a longer conversation is refused (400), never
+  deleted with the others: a thread is one history, which dormant never cuts in the
+  middle, and ``DELETE /v1/threads/{id}`` is the call that deletes a whole conversation.
 
 Another tenant's response id, or one whose message is not an assistant reply, is 404.
 """
@@ -23,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 
-from ..errors import NotFound
+from ..errors import NotFound, UsageError
 from ..records import Message
 from ..tenants.scope import Scope
 from .openai_responses import parse_response_id, response_body
@@ -147,8 +149,20 @@ async def list_input_items(
 
 @router.delete("/responses/{response_id}")
 async def delete_response(request: Request, scope: TenantScope, response_id: ResponseId) -> dict[str, Any]:
-    """Delete a stored response (``responses.delete``): its whole thread, every response of
-    its conversation with it (422 while the thread runs a slice)."""
-    thread_id, _ = await _reply(request, scope, response_id)
-    await state_of(request).runtime.delete_thread(thread_id, tenant=scope.tenant_id)
+    """Delete a stored response (``responses.delete``) that is the only one of its
+    conversation, with its thread. UsageError (400, nothing deleted) when the thread holds
+    more than that turn: deleting this response would delete the others."""
+    thread_id, message = await _reply(request, scope, response_id)
+    rt = state_of(request).runtime
+    thread = await rt.thread(thread_id, tenant=scope.tenant_id)
+    before = await rt.history(
+        thread_id, cursor=str(message.seq), limit=LOOKBACK, newest_first=True, tenant=scope.tenant_id
+    )
+    earlier_reply = any(m.role == "assistant" and not m.tool_calls for m in before.items)
+    if thread.last_seq > message.seq or earlier_reply or before.next_cursor is not None:
+        raise UsageError(
+            f"response {response_id!r} is one turn of a longer conversation; deleting it would "
+            f"delete them all: DELETE /v1/threads/{scope.outer(thread_id)} deletes the conversation"
+        )
+    await rt.delete_thread(thread_id, tenant=scope.tenant_id)
     return {"id": response_id, "object": "response", "deleted": True}
