@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials
+from starlette.routing import Route
 
 from ..ops.exporter import Exporter, render
 from ..runtime import Runtime
@@ -62,6 +63,9 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         max_threads=config.tenant_max_threads,
     )
     exporter = Exporter(runtime)
+    from .mcp.http import McpEndpoint  # the MCP SDK, loaded with the web stack only
+
+    mcp_endpoint = McpEndpoint(runtime)
     state = ServerState(
         runtime=runtime,
         config=config,
@@ -77,12 +81,14 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         await runtime.open()
         runtime.on_change = hub.changed
         runtime.on_delta = hub.delta
+        runtime.dispatcher.on_progress = hub.tool_progress
         stop = asyncio.Event()
         poller = asyncio.create_task(hub.poll(stop), name="dormant-hub-poll")
         if config.run_slices:
             state.run_task = asyncio.create_task(runtime.run(), name="dormant-runtime")
         try:
-            yield
+            async with mcp_endpoint.run():
+                yield
         finally:
             stop.set()
             runtime.stop()
@@ -94,6 +100,7 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
             await poller
             runtime.on_change = None
             runtime.on_delta = None
+            runtime.dispatcher.on_progress = None
             await runtime.close()
 
     app = FastAPI(
@@ -153,6 +160,8 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(openai_responses.router)
     app.include_router(openai_stored.router)
     app.include_router(openai_models.router)
+    # MCP over streamable HTTP (POST; GET and DELETE answer 405 in stateless mode)
+    app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024
     app.add_middleware(TextGuard)  # inside BodyLimit: it checks the body BodyLimit bounded
     app.add_middleware(BodyLimit, max_bytes=max_body)

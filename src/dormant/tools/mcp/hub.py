@@ -20,7 +20,7 @@ import binascii
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ import mcp_types as types
 
 from ...errors import ToolError
 from ..blobs import BlobWriter
-from ..spec import ToolBox, ToolContext, ToolSpec
+from ..spec import ToolBox, ToolContext, ToolProgress, ToolSpec
 from .config import McpServer, check_unique
 from .link import McpFailure, ServerLink
 from .naming import model_names
@@ -39,6 +39,11 @@ log = logging.getLogger("dormant.mcp")
 MAX_DESCRIPTION = 2048
 #: The context parameter's name (no MCP tool argument is called this).
 _CTX = "__dormant_ctx__"
+#: At most one progress event per call in this many seconds reaches the thread's event
+#: stream (a server may send thousands; each still restarts the call's idle timeout).
+PROGRESS_EVERY_S = 0.25
+#: Longest progress message passed on.
+MAX_PROGRESS_MESSAGE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +186,11 @@ def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
         ctx: ToolContext = kwargs.pop(_CTX)
         try:
             result = await link.call(
-                tool, kwargs, idle_timeout=link.config.timeout_for(tool), call_id=ctx.call_id
+                tool,
+                kwargs,
+                idle_timeout=link.config.timeout_for(tool),
+                call_id=ctx.call_id,
+                on_progress=progress_reporter(ctx),
             )
         except McpFailure as exc:
             if exc.sent and not idempotent:
@@ -194,6 +203,36 @@ def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
 
     call.__name__ = f"mcp_{link.config.name}_{tool}"
     return call
+
+
+def progress_reporter(
+    ctx: ToolContext, every_s: float = PROGRESS_EVERY_S
+) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
+    """The progress callback of one call: reports to ``ctx.progress`` at most once per
+    ``every_s`` (the newest in between is dropped, except a final one, progress == total,
+    which is always reported). None when nobody listens."""
+    report = ctx.progress
+    if report is None:
+        return None
+    last = -every_s
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        nonlocal last
+        now = time.monotonic()
+        final = total is not None and progress >= total
+        if now - last < every_s and not final:
+            return
+        last = now
+        report(
+            ToolProgress(
+                call_id=ctx.call_id,
+                progress=progress,
+                total=total,
+                message=message[:MAX_PROGRESS_MESSAGE] if message else None,
+            )
+        )
+
+    return on_progress
 
 
 async def result_text(result: types.CallToolResult, blobs: BlobWriter | None, thread_id: str) -> str:
