@@ -220,6 +220,29 @@ def mcp_calls(
     console.print(f"wrote {out / 'summary.json'}")
 
 
+@bench_app.command("mcp-recall")
+def mcp_recall(
+    calls: Annotated[int, typer.Option(min=20, max=100_000, envvar="DORMANT_BENCH_CALLS")] = 300,
+    memories: Annotated[int, typer.Option(min=1, max=10_000, envvar="DORMANT_BENCH_MEMORIES")] = 200,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/mcp-recall"),
+) -> None:
+    """One recall through /mcp against the same recall through REST, CALLS each, one at a
+    time, on a live loopback server: p50/p99 and CPU per call. Writes ``OUT/summary.json``."""
+    import asyncio
+
+    from .mcp_recall import run_mcp_recall_bench
+
+    figures = asyncio.run(run_mcp_recall_bench(calls, memories, out))
+    table = Table(title=f"recall: REST vs MCP ({calls} calls each)")
+    table.add_column("figure")
+    for name in figures:
+        table.add_column(name, justify="right")
+    for key in figures["rest"]:
+        table.add_row(key, *(f"{run[key]:,.3f}" for run in figures.values()))
+    console.print(table)
+    console.print(f"wrote {out / 'summary.json'}")
+
+
 def _flatten(data: dict[str, object], prefix: str = "") -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = []
     for key, value in data.items():
