@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from dormant import Agent, ModelReply, ModelRequest, ScriptedModel, ToolCall
 from dormant.cli.main import app
+from dormant.server import ServerConfig
 from tests.helpers import eventually
 from tests.mcp_servers import faulty_server
 from tests.server.support import Served, events, serve
@@ -142,6 +143,17 @@ async def test_mcp_over_http_refuses_a_missing_or_wrong_api_key() -> None:
         with pytest.raises(BaseException):  # noqa: B017 - the SDK wraps the 401 in a task group's error
             async with mcp_http(s, "wrong") as client:
                 await client.list_tools()
+
+
+async def test_mcp_admissions_count_in_the_tenant_quotas_as_rest_ones_do() -> None:
+    config = ServerConfig(poll_s=0.2, tenant_max_threads=1)
+    agents = [Agent(name="assistant", model=ScriptedModel(echo))]
+    async with serve(agents, config=config) as s, mcp_http(s, s.key_a) as a:
+        await call(a, "send_to_thread", thread_id="q1", content="one")
+        with pytest.raises(MCPError) as caught:
+            await call(a, "send_to_thread", thread_id="q2", content="two")
+        assert caught.value.code == types.INTERNAL_ERROR and "quota_exceeded" in str(caught.value)
+        assert "not_found" in await refused(a, "thread_status", thread_id="q2")  # nothing admitted
 
 
 def stdio_params(store: str, tenant: str) -> StdioServerParameters:

@@ -63,9 +63,6 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         max_threads=config.tenant_max_threads,
     )
     exporter = Exporter(runtime)
-    from .mcp.http import McpEndpoint  # the MCP SDK, loaded with the web stack only
-
-    mcp_endpoint = McpEndpoint(runtime)
     state = ServerState(
         runtime=runtime,
         config=config,
@@ -75,6 +72,9 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         tokens=StreamTokens.from_secret(config.stream_token_secret, config.stream_token_ttl_s),
         http=HttpMetrics(exporter.registry),
     )
+    from .mcp.http import McpEndpoint  # dormant's MCP server, loaded with the web stack only
+
+    mcp_endpoint = McpEndpoint(runtime, quotas=quotas, hub=hub)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

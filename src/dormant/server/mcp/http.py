@@ -22,6 +22,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from ...errors import DormantError, Unauthenticated
 from ...runtime import Runtime
 from ...tenants.scope import Scope
+from ..hub import Hub
+from ..quotas import TenantQuotas
 from .tools import build_server
 
 #: Where the tenant of an authenticated request is kept (the ASGI scope's ``state``).
@@ -31,9 +33,11 @@ TENANT_KEY = "dormant.tenant"
 class McpEndpoint:
     """The ASGI app of ``/mcp`` for ``runtime``."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(
+        self, runtime: Runtime, *, quotas: TenantQuotas | None = None, hub: Hub | None = None
+    ) -> None:
         self.runtime = runtime
-        self.server = build_server(runtime, _tenant_of_request)
+        self.server = build_server(runtime, _tenant_of_request, quotas=quotas, hub=hub)
         # the app is not used: its session manager is, mounted on dormant's own app
         self.server.streamable_http_app(
             stateless_http=True,

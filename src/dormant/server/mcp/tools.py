@@ -27,7 +27,9 @@ from ...runtime import Runtime
 from ...store.base import MAX_PAGE
 from ...tenants.scope import Scope
 from .. import calls
+from ..hub import Hub
 from ..memory_schemas import MemoryAdd, MemoryRecall
+from ..quotas import TenantQuotas
 from ..schemas import InputCreate
 
 #: How a call learns its tenant (from the server's configuration or the request's key).
@@ -87,8 +89,16 @@ class _Server(MCPServer):
             raise
 
 
-def build_server(runtime: Runtime, tenant_of: TenantOf, *, name: str = "dormant") -> MCPServer:
-    """The MCP server of ``runtime``'s memory and threads (tools only)."""
+def build_server(
+    runtime: Runtime,
+    tenant_of: TenantOf,
+    *,
+    name: str = "dormant",
+    quotas: TenantQuotas | None = None,
+    hub: Hub | None = None,
+) -> MCPServer:
+    """The MCP server of ``runtime``'s memory and threads (tools only); ``quotas`` and
+    ``hub`` are the serving app's (admissions are limited as the REST API's are)."""
     server: MCPServer = _Server(name, instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def keys_of(ctx: Context, subject: str | None, identity: dict[str, str] | None) -> list[str]:
@@ -204,7 +214,9 @@ def build_server(runtime: Runtime, tenant_of: TenantOf, *, name: str = "dormant"
                 {"content": content, "agent": agent, "priority": priority, "identity": identity}
             )
             scope = await tenant_of(ctx)
-            out = await calls.send_input(runtime, scope, thread_id, body, dedup_key=dedup_key, origin="mcp")
+            out = await calls.send_input(
+                runtime, scope, thread_id, body, dedup_key=dedup_key, origin="mcp", quotas=quotas, hub=hub
+            )
             return out.model_dump()
 
         return await _run(go())  # type: ignore[no-any-return]
