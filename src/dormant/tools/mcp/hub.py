@@ -22,16 +22,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import mcp_types as types
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ToolError
 from ..blobs import BlobWriter
 from ..spec import ToolBox, ToolContext, ToolProgress, ToolSpec
 from .config import McpServer, check_unique
-from .link import McpFailure, ServerLink
 from .naming import model_names
+
+if TYPE_CHECKING:
+    # the SDK (~25 MB and ~0.6 s to import) loads when a server is first attached, so a
+    # process whose agents name no MCP server never pays for it
+    import mcp_types as types
+
+    from .link import ServerLink
 
 log = logging.getLogger("dormant.mcp")
 
@@ -76,6 +80,8 @@ class McpHub:
         for servers, box in boxes:
             for server in servers:
                 if server.name not in self.links:
+                    from .link import ServerLink
+
                     self.links[server.name] = ServerLink(server, on_tools_changed=self._flag(server.name))
                 self._boxes.setdefault(server.name, []).append(box)
 
@@ -183,6 +189,8 @@ def tool_specs(link: ServerLink, listed: Sequence[types.Tool]) -> list[ToolSpec]
 
 def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
     async def call(**kwargs: Any) -> str:
+        from .link import McpFailure
+
         ctx: ToolContext = kwargs.pop(_CTX)
         try:
             result = await link.call(
@@ -240,6 +248,8 @@ async def result_text(result: types.CallToolResult, blobs: BlobWriter | None, th
     a text part already is that JSON, or the value an SDK wrapped as ``{"result": ...}``);
     binary parts stored as blobs through ``blobs`` and named by a line each (dropped, and
     said so, when ``blobs`` is None)."""
+    import mcp_types as types
+
     parts: list[str] = []
     for item in result.content:
         if isinstance(item, types.TextContent):
