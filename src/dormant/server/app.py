@@ -79,6 +79,9 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         runtime.on_delta = hub.delta
         stop = asyncio.Event()
         poller = asyncio.create_task(hub.poll(stop), name="dormant-hub-poll")
+        sampling = None
+        if state.ui_sampler is not None:
+            sampling = asyncio.create_task(state.ui_sampler.run(stop), name="dormant-ui-samples")
         if config.run_slices:
             state.run_task = asyncio.create_task(runtime.run(), name="dormant-runtime")
         try:
@@ -92,6 +95,8 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
                 except Exception as exc:
                     log.error("runtime_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
             await poller
+            if sampling is not None:
+                await sampling
             runtime.on_change = None
             runtime.on_delta = None
             await runtime.close()
@@ -145,14 +150,21 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
             return PlainTextResponse(f"{type(exc).__name__}: {exc}\n", status_code=503)
         return Response(body, media_type=content_type)
 
-    app.include_router(routes.router)
-    app.include_router(streams.router)
-    app.include_router(stream_auth.router)
-    app.include_router(memory_routes.router)
-    app.include_router(openai_chat.router)
-    app.include_router(openai_responses.router)
-    app.include_router(openai_stored.router)
-    app.include_router(openai_models.router)
+    if config.ui or config.ui_only:
+        from .ui import Sampler, Sessions, pages
+
+        state.ui_sessions = Sessions()
+        state.ui_sampler = Sampler(runtime, every_s=config.ui_sample_s, keep=config.ui_samples)
+        app.include_router(pages.router)
+    if not config.ui_only:
+        app.include_router(routes.router)
+        app.include_router(streams.router)
+        app.include_router(stream_auth.router)
+        app.include_router(memory_routes.router)
+        app.include_router(openai_chat.router)
+        app.include_router(openai_responses.router)
+        app.include_router(openai_stored.router)
+        app.include_router(openai_models.router)
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024
     app.add_middleware(TextGuard)  # inside BodyLimit: it checks the body BodyLimit bounded
     app.add_middleware(BodyLimit, max_bytes=max_body)
