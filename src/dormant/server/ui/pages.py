@@ -40,7 +40,7 @@ CSP = (
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # "no-referrer" makes Chromium send Origin: null on POST
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
