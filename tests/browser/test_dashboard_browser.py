@@ -97,6 +97,9 @@ async def test_operator_sees_charts_a_live_reply_escaped_text_and_retries_a_fail
         await page.click("#retry")
         await expect(page.locator("#timeline .item-reply pre")).to_have_text("echo: boom", timeout=10_000)
         await expect(page.locator("#retry")).to_have_count(0)
+        await page.goto(f"{s.url}/ui/tenants")
+        await expect(page.locator("#tenants")).to_contain_text("bravo")
+        await shot(page, "tenants")
         assert errors == []
 
 
@@ -130,6 +133,20 @@ async def test_paging_2000_threads_and_a_tenant_sees_only_its_own(browser: Brows
         await page.goto(f"{s.url}/ui/thread?id={big}")
         await expect(page.locator("#thread-head")).to_be_visible()
         print(f"thread page: first render {1000 * (time.perf_counter() - began):.0f} ms")
+
+        # search memory by an identity part, open the subject, then a record's history
+        memory = await s.runtime.memory.for_tenant(acme)
+        key = await memory.bind({"email": "ann@example.com"})
+        await memory.add(key, "ann likes <i>tea</i>")
+        await page.goto(f"{s.url}/ui/memory")
+        await page.fill("#find-keys input[name=part]", "email")
+        await page.fill("#find-keys input[name=value]", "ann@example.com")
+        await page.click("#find-keys button")
+        await page.click(f"#keys a:text('{key}')")
+        await expect(page.locator("#records")).to_contain_text("ann likes <i>tea</i>")
+        await page.click("#records tbody a")
+        await expect(page.locator("#history")).to_contain_text("add")
+        await shot(page, "memory")
 
         other = await logged_in(browser, s, s.key_b, errors)
         await other.goto(f"{s.url}/ui/threads")

@@ -130,3 +130,48 @@ async def test_threads_are_paged_and_filtered_within_bounds() -> None:
             idle = await c.get("/ui/threads", params={"state": "idle", "active": "1h"})
             assert len(re.findall(r">(p\d{3})</a>", idle.text)) == 50
             assert (await c.get("/ui/threads", params={"state": "<b>"})).status_code == 200
+
+
+async def test_the_operator_manages_tenants_and_keys_and_a_tenant_cannot() -> None:
+    async with dashboard(Flaky()) as s:
+        async with login(s, ADMIN) as op, login(s, s.key_a) as a:
+            assert (await a.get("/ui/tenants")).status_code == 404
+            page = await op.get("/ui/tenants")
+            assert "acme" in page.text and "bravo" in page.text
+            token = csrf_of(page.text)
+            assert (await op.post("/ui/tenants", data={"name": "carol"})).status_code == 403
+            made = await op.post("/ui/tenants", data={"name": "carol", "csrf": token})
+            assert made.status_code == 303
+            carol = await s.runtime.store.tenant("carol")
+            key_page = await op.post("/ui/tenants/keys", data={"tenant": carol.id, "csrf": token})
+            secret = re.search(r'<pre id="secret">([^<]+)</pre>', key_page.text)
+            assert key_page.status_code == 200 and secret
+            assert (await s.runtime.store.authenticate(secret.group(1))).id == carol.id
+            keys = (await s.runtime.store.list_keys(carol.id)).items
+            assert secret.group(1) not in (await op.get("/ui/tenants", params={"tenant": carol.id})).text
+            revoked = await op.post("/ui/tenants/keys/revoke", data={"key": keys[0].id, "csrf": token})
+            assert revoked.status_code == 303
+            refused = await a.post("/ui/tenants/keys", data={"tenant": carol.id, "csrf": csrf_of(page.text)})
+            assert refused.status_code == 403  # another session's token
+        async with httpx.AsyncClient(base_url=s.url) as c:
+            assert (await c.post("/ui/login", data={"token": secret.group(1)})).status_code == 401
+
+
+async def test_memory_search_by_identity_part_a_records_history_and_tenants_apart() -> None:
+    async with dashboard(Flaky()) as s:
+        acme = await s.runtime.store.tenant("acme")
+        memory = await s.runtime.memory.for_tenant(acme.id)
+        key = await memory.bind({"phone": "+15550100"})
+        added = await memory.add(key, "prefers <b>window</b> seats")
+        async with login(s, s.key_a) as a, login(s, s.key_b) as b:
+            found = await a.get("/ui/memory", params={"part": "phone", "value": "+15550100"})
+            assert found.status_code == 200 and key in found.text
+            shown = await a.get("/ui/memory", params={"key": key})
+            assert "prefers &lt;b&gt;window&lt;/b&gt; seats" in shown.text
+            history = await a.get("/ui/memory", params={"key": key, "record": added.record.id})
+            assert history.status_code == 200 and 'id="history"' in history.text and "add" in history.text
+            assert key not in (await b.get("/ui/memory", params={"part": "phone", "value": "+15550100"})).text
+            assert "window" not in (await b.get("/ui/memory", params={"key": key})).text
+            other = await b.get("/ui/memory", params={"key": key, "record": added.record.id})
+            assert other.status_code == 404
+            assert (await a.get("/ui/memory", params={"key": "not-a-key"})).status_code == 422

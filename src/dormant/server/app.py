@@ -151,11 +151,12 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         return Response(body, media_type=content_type)
 
     if config.ui or config.ui_only:
-        from .ui import Sampler, Sessions, pages
+        from .ui import Sampler, Sessions, manage, pages
 
         state.ui_sessions = Sessions()
         state.ui_sampler = Sampler(runtime, every_s=config.ui_sample_s, keep=config.ui_samples)
         app.include_router(pages.router)
+        app.include_router(manage.router)
     if not config.ui_only:
         app.include_router(routes.router)
         app.include_router(streams.router)
