@@ -4,8 +4,10 @@ A SQLite store in a temporary directory gets ``threads`` threads (one of them wi
 ``messages`` messages); the app is served on loopback in this process; an operator
 session then fetches each page ``rounds`` times (the overview, the threads listing
 walked page by page, a filtered listing, the long thread's newest page, failures,
-the samples feed). Figures: p50/p99 per page, and this process's RSS (server and
-client together) before and after the browsing. Writes ``OUT/summary.json``.
+the samples feed), walks every page of the listing, then keeps ``dashboards`` sessions
+live for ``live_s`` seconds as the page's script does. Figures: p50/p99 per page, this
+process's RSS (server and clients together) before and after the browsing, and its CPU
+share and RSS while the dashboards are live. Writes ``OUT/summary.json``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,47 @@ def pct(values: list[float], q: float) -> float:
     return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
-async def run(threads: int, messages: int, rounds: int, out: Path) -> dict[str, object]:
+async def _live(base: str, dashboards: int, seconds: float, proc: psutil.Process) -> dict[str, float]:
+    """``dashboards`` sessions kept live for ``seconds`` as the page's script keeps them
+    (the samples feed every 5 s, a thread's head every 2 s): CPU and RSS of the process."""
+    stop = time.monotonic() + seconds
+    requests = 0
+
+    async def one() -> None:
+        nonlocal requests
+        async with httpx.AsyncClient(base_url=base, timeout=60) as c:
+            await c.post("/ui/login", data={"token": ADMIN})
+            since = 0.0
+            tick = 0
+            while time.monotonic() < stop:
+                if tick % 5 == 0:
+                    body = (await c.get("/ui/api/samples", params={"since": since})).json()
+                    if body["samples"]:
+                        since = body["samples"][-1]["t"]
+                    requests += 1
+                if tick % 2 == 0:
+                    await c.get("/ui/api/thread", params={"id": "th000000"})
+                    requests += 1
+                tick += 1
+                await asyncio.sleep(1.0)
+
+    cpu0 = sum(proc.cpu_times()[:2])
+    rss0 = proc.memory_info().rss
+    await asyncio.gather(*(one() for _ in range(dashboards)))
+    cpu = sum(proc.cpu_times()[:2]) - cpu0
+    return {
+        "live_dashboards": dashboards,
+        "live_seconds": seconds,
+        "live_requests": requests,
+        "live_cpu_share": round(cpu / seconds, 4),
+        "live_rss_start_mb": round(rss0 / 2**20, 1),
+        "live_rss_end_mb": round(proc.memory_info().rss / 2**20, 1),
+    }
+
+
+async def run(
+    threads: int, messages: int, rounds: int, out: Path, *, dashboards: int = 20, live_s: float = 60.0
+) -> dict[str, object]:
     """Fill a store, serve it, browse it; answer the figures (and write them to ``out``)."""
     import uvicorn
 
@@ -94,6 +136,7 @@ async def run(threads: int, messages: int, rounds: int, out: Path) -> dict[str, 
                 )
                 link = nxt.replace("&amp;", "&")
             walk_s = time.perf_counter() - began
+            live = await _live(base, dashboards, live_s, proc)
         rss_after = proc.memory_info().rss
         server.should_exit = True
         await task
@@ -110,6 +153,7 @@ async def run(threads: int, messages: int, rounds: int, out: Path) -> dict[str, 
         "mean_page_ms": round(1000 * statistics.fmean(x for v in timings.values() for x in v), 2),
         "rss_before_mb": round(rss_before / 2**20, 1),
         "rss_after_mb": round(rss_after / 2**20, 1),
+        **live,
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(figures, indent=1))
