@@ -8,32 +8,50 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from dormant.agent import Agent
+from dormant.errors import ToolError
 from dormant.models.base import ModelReply, ModelRequest
 from dormant.models.scripted import ScriptedModel
+from dormant.records import ToolCall
 from dormant.server import ServerConfig
+from dormant.tools import tool
 from tests.server.support import Served, serve
 
 ADMIN = "operator-token-for-tests-0123456789"
 
 
+@tool(mode="async", idempotent=True)
+async def broken(order: str) -> str:
+    """An async tool whose every attempt fails: with one attempt allowed, its call is
+    dead-lettered."""
+    raise ToolError(f"the tool broke on {order}", retryable=True)
+
+
 class Flaky:
-    """Replies ``echo: <text>``; raises while ``failing`` and the text is ``boom``."""
+    """Replies ``echo: <text>``; raises while ``failing`` and the text is ``boom``; calls
+    the failing async tool ``broken`` when the text is ``call``."""
 
     def __init__(self) -> None:
         self.failing = True
 
     def script(self, request: ModelRequest) -> ModelReply:
-        text = request.messages[-1].content
-        if self.failing and text == "boom":
+        last = request.messages[-1]
+        if last.role == "tool":
+            return ModelReply(text=f"tool said: {last.content}")
+        if last.content == "call":
+            return ModelReply(
+                text="", tool_calls=(ToolCall(id="c1", name="broken", arguments='{"order": "o1"}'),)
+            )
+        if self.failing and last.content == "boom":
             raise RuntimeError("the model broke on purpose")
-        return ModelReply(text=f"echo: {text}")
+        return ModelReply(text=f"echo: {last.content}")
 
 
 @asynccontextmanager
 async def dashboard(flaky: Flaky) -> AsyncIterator[Served]:
     """A server with the dashboard, the operator token :data:`ADMIN`, samples every 0.2 s."""
     config = ServerConfig(poll_s=0.2, heartbeat_s=1.0, admin_token=ADMIN, ui_sample_s=0.2)
-    async with serve([Agent(name="assistant", model=ScriptedModel(flaky.script))], config=config) as s:
+    agent = Agent(name="assistant", model=ScriptedModel(flaky.script), tools=[broken])
+    async with serve([agent], config=config, tool_attempts=1) as s:
         yield s
 
 

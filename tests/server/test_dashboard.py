@@ -3,11 +3,14 @@ escaping, paging."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
 
 from dormant.server.ui.auth import Sessions
 from tests.server.dashboard_support import ADMIN, Flaky, dashboard, settle
@@ -175,3 +178,42 @@ async def test_memory_search_by_identity_part_a_records_history_and_tenants_apar
             other = await b.get("/ui/memory", params={"key": key, "record": added.record.id})
             assert other.status_code == 404
             assert (await a.get("/ui/memory", params={"key": "not-a-key"})).status_code == 422
+
+
+async def test_a_dead_lettered_call_is_marked_resolved_with_a_note_and_audited(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with dashboard(Flaky()) as s:
+        async with s.client() as api:
+            assert (await api.post("/v1/threads/t2/inputs", json={"content": "call"})).status_code == 202
+        async with asyncio.timeout(10):
+            while not (await s.runtime.store.list_outbox(status="dead")).items:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        (entry,) = (await s.runtime.store.list_outbox(status="dead")).items
+        async with login(s, s.key_b) as b, login(s, s.key_a) as a:
+            assert "broken" not in (await b.get("/ui/failures")).text
+            page = await a.get("/ui/failures")
+            assert "the tool broke on o1" in page.text and 'action="/ui/calls/resolve"' in page.text
+            token = csrf_of(page.text)
+            other = csrf_of((await b.get("/ui/failures")).text)
+            assert (
+                await b.post("/ui/calls/resolve", data={"entry": entry.id, "note": "x", "csrf": other})
+            ).status_code == 404
+            no_note = await a.post("/ui/calls/resolve", data={"entry": entry.id, "note": "  ", "csrf": token})
+            assert no_note.status_code == 422
+            assert (await s.runtime.store.list_outbox(status="dead")).items  # nothing done
+            with caplog.at_level(logging.INFO, logger="dormant.server.ui"):
+                ok = await a.post(
+                    "/ui/calls/resolve", data={"entry": entry.id, "note": "refunded by hand", "csrf": token}
+                )
+            assert ok.status_code == 303
+            assert not (await s.runtime.store.list_outbox(status="dead")).items
+            (record,) = [r for r in caplog.records if r.getMessage() == "ui_action"]
+            assert (
+                record.__dict__["action"] == "resolve_call" and record.__dict__["note"] == "refunded by hand"
+            )
+            assert record.__dict__["tool"] == "broken" and record.__dict__["who"].startswith("tenant:")
+            again = await a.post(
+                "/ui/calls/resolve", data={"entry": entry.id, "note": "again", "csrf": token}
+            )
+            assert again.status_code == 404

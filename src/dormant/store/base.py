@@ -260,6 +260,10 @@ class Store(Protocol):
         """One page of outbox entries (optionally of one status) ordered by id."""
         ...
 
+    async def resolve_call(self, entry_id: int, *, tenant: str | None = None) -> OutboxEntry:
+        """Remove a dead-lettered or outcome-unknown call once dealt with (NotFound otherwise)."""
+        ...
+
     async def has_work(self, agents: Sequence[str] | None = None) -> bool:
         """Whether any input is ready now (in a thread of one of ``agents``, when given:
         a runtime waits only for work it can do), any slice is leased or any call is open."""

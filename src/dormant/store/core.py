@@ -501,6 +501,19 @@ class StoreCore(TenantRules, RetentionRules, ModelWaits):
         items = tuple(rows[:limit])
         return Page(items=items, next_cursor=str(items[-1].id) if len(rows) > limit and items else None)
 
+    async def resolve_call(self, entry_id: int, *, tenant: str | None = None) -> OutboxEntry:
+        """Remove a dead-lettered or outcome-unknown call from the outbox once someone has
+        dealt with it (its result is already in its thread); NotFound for a missing entry,
+        one in another status, or one of another tenant's threads."""
+        rows = await self.backend.outbox_rows(None, entry_id - 1, 1)
+        if not rows or rows[0].id != entry_id or rows[0].status not in ("dead", "unknown"):
+            raise NotFound(f"no dead-lettered or unknown call {entry_id}")
+        tenancy.check([rows[0].thread_id], tenant)
+        entry = await self.backend.resolve_call(entry_id)
+        if entry is None:
+            raise NotFound(f"no dead-lettered or unknown call {entry_id}")
+        return entry
+
     async def has_work(self, agents: Sequence[str] | None = None) -> bool:
         """Ready input (in threads of ``agents``, when given), a leased thread or an open call."""
         return await self.backend.has_work(None if agents is None else sorted(agents))

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ...errors import DormantError, NotFound, UsageError, http_status
+from ...errors import DormantError, InvalidInput, NotFound, UsageError, http_status
 from ...tenants.scope import Scope, tenant_of
 from ..state import ServerState, state_of
 from . import data
@@ -363,6 +363,38 @@ async def retry(request: Request) -> Response:
     back = fields.get("back", "thread")
     to = "/ui/failures" if back == "failures" else "/ui/thread?" + urllib.parse.urlencode({"id": thread_id})
     return RedirectResponse(to, status_code=303, headers=HEADERS)
+
+
+#: Characters of a resolution note at most.
+MAX_NOTE = 500
+
+
+@router.post("/calls/resolve")
+@guarded("resolve_call")
+async def resolve_call(request: Request) -> Response:
+    """Mark a dead-lettered or outcome-unknown call resolved, with a note: it leaves the
+    outbox (its result is already in its thread); the audit record keeps what it was."""
+    viewer = viewer_of(request)
+    fields = await form_of(request, viewer)
+    note = " ".join(fields.get("note", "").split())
+    if not note or len(note) > MAX_NOTE:
+        raise InvalidInput(f"a resolution needs a note of 1-{MAX_NOTE} characters")
+    raw = fields.get("entry", "")
+    if not (raw.isdigit() and len(raw) < 19):
+        raise NotFound("no such call")
+    entry = await state_of(request).runtime.store.resolve_call(int(raw), tenant=viewer.tenant)
+    audit(
+        viewer,
+        "resolve_call",
+        entry.thread_id,
+        call=entry.call_id,
+        tool=entry.tool,
+        status=entry.status,
+        attempts=entry.attempts,
+        last_error=entry.last_error,
+        note=note,
+    )
+    return RedirectResponse("/ui/failures", status_code=303, headers=HEADERS)
 
 
 @router.get("/failures")
