@@ -56,6 +56,12 @@ class Sessions:
         self.secret = secret or secrets.token_bytes(32)
         self.ttl_s = ttl_s
 
+    @staticmethod
+    def derive(secret: str) -> bytes:
+        """The session secret derived from a configured secret (the stream-token secret):
+        sessions then hold across every serve process sharing it, and across restarts."""
+        return hmac.new(secret.encode(), b"dormant-ui-sessions", hashlib.sha256).digest()
+
     def _mac(self, data: bytes) -> str:
         return (
             base64.urlsafe_b64encode(hmac.new(self.secret, data, hashlib.sha256).digest())
