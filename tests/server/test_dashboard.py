@@ -217,3 +217,20 @@ async def test_a_dead_lettered_call_is_marked_resolved_with_a_note_and_audited(
                 "/ui/calls/resolve", data={"entry": entry.id, "note": "again", "csrf": token}
             )
             assert again.status_code == 404
+
+
+async def test_a_threads_state_changes_are_shown_from_its_journal() -> None:
+    async with dashboard(Flaky()) as s:
+        acme = await s.runtime.store.tenant("acme")
+        async with s.client() as api:
+            created = await api.post(
+                "/v1/threads", json={"id": "who", "identity": {"email": "x@example.com"}}
+            )
+            assert created.status_code == 201
+            await api.post("/v1/threads/who/inputs", json={"content": "hi"})
+        await settle(s, f"{acme.id}/who", want="active")
+        async with login(s, s.key_a) as a:
+            page = await a.get("/ui/thread", params={"id": "who"})
+            assert page.status_code == 200 and 'id="journal"' in page.text
+            rows = re.findall(r"<tr><td>(\d+)</td><td>(add|update|delete|full|incremental)</td>", page.text)
+            assert rows, "the subject binding is a state change"

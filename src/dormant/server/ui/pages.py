@@ -324,6 +324,15 @@ async def thread(request: Request) -> Response:
     next_url = None
     if tl.next_cursor:
         next_url = "/ui/thread?" + urllib.parse.urlencode({"id": thread_id, "cursor": tl.next_cursor})
+    jcursor = request.query_params.get("jcursor") or None
+    if jcursor is not None and not (jcursor.isdigit() and len(jcursor) < 19):
+        jcursor = None
+    journal = await rt.store.journal.entries(thread_id, cursor=jcursor, limit=data.PAGE)
+    journal_url = None
+    if journal.next_cursor:
+        journal_url = "/ui/thread?" + urllib.parse.urlencode(
+            {"id": thread_id, "jcursor": journal.next_cursor}
+        )
     return page(
         request,
         viewer,
@@ -331,6 +340,8 @@ async def thread(request: Request) -> Response:
         thread=row,
         timeline=tl,
         next_url=next_url,
+        journal=journal.items,
+        journal_url=journal_url,
         registers=json.dumps(registers, indent=1, ensure_ascii=False, default=str)[:20000],
         first=cursor is None,
         state=data.state_of(row),
