@@ -43,6 +43,7 @@ from ..records import (
     Page,
     SliceLoad,
     StoreStatus,
+    Summary,
     Thread,
     ViewLimits,
 )
@@ -500,6 +501,15 @@ class StoreCore(TenantRules, RetentionRules, ModelWaits):
         rows = await self.backend.outbox_rows(status, after, limit + 1)
         items = tuple(rows[:limit])
         return Page(items=items, next_cursor=str(items[-1].id) if len(rows) > limit and items else None)
+
+    async def latest_summary(self, thread_id: str, *, tenant: str | None = None) -> Summary | None:
+        """The thread's newest compaction summary (the one its views start with), None if
+        it was never compacted; NotFound for a missing thread or one outside ``tenant``."""
+        thread = await self.get_thread(thread_id, tenant=tenant)
+        if not thread.summary_seq:
+            return None
+        async with self.backend.reader() as reader:
+            return await reader.summary_at(thread.id, thread.summary_seq)
 
     async def resolve_call(self, entry_id: int, *, tenant: str | None = None) -> OutboxEntry:
         """Remove a dead-lettered or outcome-unknown call from the outbox once someone has

@@ -4,7 +4,8 @@ Threads are listed by id (the store's order); a filter (agent, state, last activ
 is applied to at most :data:`SCAN` threads per request, and the page says how far it
 scanned and where the next one starts, so a filter matching nothing never reads the
 whole store in one request. A thread's timeline is one page of its messages, newest
-first, each turned into :class:`Item`s (an input, a reply, a tool call, a tool result):
+first, each turned into :class:`Item`s (an input, a reply, a tool call, a tool result;
+and the thread's newest compaction summary where it was written):
 the template draws an item by its ``kind``, so a new kind of entry is one more branch.
 """
 
@@ -112,7 +113,7 @@ async def list_threads(
 class Item:
     """One entry of a thread's timeline."""
 
-    kind: Literal["input", "reply", "call", "result"]
+    kind: Literal["input", "reply", "call", "result", "summary"]
     seq: int
     at: float
     text: str
@@ -176,6 +177,15 @@ async def timeline(rt: Runtime, thread_id: str, *, tenant: str | None, cursor: s
         tenant=tenant,
     )
     items = [item for message in page.items for item in items_of(message)]
+    summary = await rt.store.latest_summary(thread_id, tenant=tenant)
+    if summary is not None and page.items:
+        newest, oldest = page.items[0].seq, page.items[-1].seq
+        made = summary.made_at_seq  # written when the thread's newest message was this one
+        if oldest <= made <= newest or (cursor is None and made >= newest):
+            text, cut = shown(summary.content)
+            meta = f"compaction summary of messages up to #{summary.upto_seq} ({summary.tokens} tokens)"
+            at = next((n for n, item in enumerate(items) if item.seq <= made), len(items))
+            items.insert(at, Item("summary", made, 0.0, text, cut, meta=meta))
     return Timeline(items=items, next_cursor=page.next_cursor)
 
 
