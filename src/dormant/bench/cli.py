@@ -290,6 +290,29 @@ def serve_load(
     console.print(table)
 
 
+@bench_app.command("ui")
+def ui_pages(
+    threads: Annotated[int, typer.Option(min=1, max=200_000, help="threads in the store")] = 10_000,
+    messages: Annotated[int, typer.Option(min=0, max=100_000, help="messages of the long thread")] = 2000,
+    rounds: Annotated[int, typer.Option(min=1, max=1000, help="fetches of each page")] = 50,
+    dashboards: Annotated[int, typer.Option(min=0, max=200, help="live dashboards at the end")] = 20,
+    seconds: Annotated[float, typer.Option(min=1, max=600, help="seconds they stay live")] = 60.0,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/ui"),
+) -> None:
+    """The dashboard's pages over a store of many threads: p50/p99 per page, RSS before/after."""
+    import asyncio
+
+    from .ui import run
+
+    figures = asyncio.run(run(threads, messages, rounds, out, dashboards=dashboards, live_s=seconds))
+    table = Table(title="ui")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in figures.items():
+        table.add_row(name, str(value))
+    console.print(table)
+
+
 @bench_app.command("plot")
 def plot(
     runs: Annotated[list[Path], typer.Argument(help="output directories of `dormant bench scale`")],

@@ -505,8 +505,10 @@ def _mount_serve() -> None:
     from .mcp import mcp_app
     from .serve import serve_command
     from .tenants import tenants_app
+    from .ui import ui_command
 
     app.command("serve")(serve_command)
+    app.command("ui")(ui_command)
     app.add_typer(tenants_app, name="tenants")
     app.command()(gc)
     app.add_typer(mcp_app, name="mcp")
