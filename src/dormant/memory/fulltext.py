@@ -18,7 +18,8 @@ _CJK = (
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
     "\uac00-\ud7af"  # hangul syllables
 )
-_CJK_RUN = re.compile(f"[{_CJK}]+")
+CJK_RUN = re.compile(f"[{_CJK}]+")
+_CJK_RUN = CJK_RUN
 _WORD = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
 MAX_QUERY_TERMS = 64
 #: Words too common to rank by; they are dropped from queries (never from the index).

@@ -149,6 +149,9 @@ class Scored:
     candidate: Candidate
     score: float
     decay: float
+    #: the fused relevance (1.0 for a candidate in neither list) and the importance multiplier
+    fused: float = 1.0
+    importance: float = 1.0
 
 
 def _fused(cands: Sequence[Candidate], policy: RankingPolicy) -> list[float]:
@@ -184,7 +187,8 @@ def rank(cands: Sequence[Candidate], policy: RankingPolicy, *, now: float, k: in
     for c, f in zip(cands, fused, strict=True):
         base = f if (c.text_rank is not None or c.vector_rank is not None) else 1.0
         d = decay(policy.age_hours(c.record, now), policy.lam(c.record.kind)) if policy.use_decay else 1.0
-        scored.append(Scored(c, base * d * policy.importance(c.record), d))
+        imp = policy.importance(c.record)
+        scored.append(Scored(c, base * d * imp, d, base, imp))
     scored.sort(key=lambda s: (-s.score, -s.candidate.record.created_at, s.candidate.record.id))
     return scored[:k]
 
@@ -221,10 +225,12 @@ class SupersessionRules:
         return None if value is None else f"{type(value).__name__}:{value}"
 
     def supersedes(self, old: MemoryRecord, new: NewMemory) -> bool:
-        """Whether ``new`` invalidates ``old`` (same subject is the caller's business)."""
+        """Whether ``new`` is a version of the same fact as ``old`` that may supersede it
+        (same subject is the caller's business; which of the two is newer, by
+        ``valid_from``, is the core's)."""
         if old.id in new.replaces:
             return True
-        if old.kind != new.kind or old.invalid_at is not None:
+        if old.kind != new.kind:
             return False
         key = self.key_of(new.kind, new.tags)
         if key is None or key != self.key_of(old.kind, old.tags):
