@@ -62,6 +62,8 @@ async def add_memory(request: Request, scope: TenantScope, body: MemoryAdd) -> A
         tags=body.tags,
         importance=body.importance,
         replaces=body.replaces,
+        valid_from=body.valid_from,
+        observed_at=body.observed_at,
         actor="http",
     )
     return AddOut.of(result)
@@ -73,7 +75,14 @@ async def recall_memory(request: Request, scope: TenantScope, body: MemoryRecall
     memory = await memory_of(request, scope)
     keys = await subject_keys(memory, body.subjects, body.identity)
     recall = await memory.recall(
-        keys, body.query, tags=body.tags, kinds=body.kinds, k=body.k, at=body.at, history=body.history
+        keys,
+        body.query,
+        tags=body.tags,
+        kinds=body.kinds,
+        k=body.k,
+        at=body.at,
+        history=body.history,
+        explain=body.explain,
     )
     return RecallOut(items=[HitOut.of(h) for h in recall.hits], degraded=list(recall.degraded))
 
