@@ -11,6 +11,7 @@ from dormant.cli.main import app
 
 FIGURES = {"recall_at_1", "recall_at_5", "mrr", "stale_rate", "leak_rate", "p50_ms", "p99_ms", "rss_bytes"}
 BASELINES = {
+    "previous_default",
     "hybrid_no_structure",
     "recency_only",
     "fulltext_only",
@@ -49,7 +50,7 @@ def test_bench_recall_writes_the_summary(tmp_path: Path) -> None:
     cats = summary["per_category"]
     assert set(cats) == {"en", "zh"}
     for suite in ("en", "zh"):
-        assert set(cats[suite]) == {"hybrid", "hybrid_no_structure"}
+        assert set(cats[suite]) == {"hybrid", "previous_default"}
         assert set(cats[suite]["hybrid"]) >= KINDS - ({"complaint_synonym"} if suite == "en" else set())
         assert {"recall_at_1", "recall_at_5"} <= set(cats[suite]["hybrid"]["current_city"])
         assert cats[suite]["hybrid"]["current_city"]["recall_at_1"] >= 0.9

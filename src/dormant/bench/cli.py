@@ -524,11 +524,11 @@ def recall(
 def _per_category(summary: dict[str, object]) -> None:
     """Recall@1 and @5 per question kind and suite, without structure first -> with it."""
     cats: dict[str, dict[str, dict[str, dict[str, float]]]] = summary["per_category"]  # type: ignore[assignment]
-    table = Table(title="recall per question kind (without structure first -> hybrid)")
+    table = Table(title="recall per question kind (previous default -> hybrid)")
     for col in ("suite", "kind", "recall@1", "recall@5", "stale"):
         table.add_column(col, justify="left" if col in ("suite", "kind") else "right")
     for suite, runs in cats.items():
-        after, before = runs["hybrid"], runs["hybrid_no_structure"]
+        after, before = runs["hybrid"], runs["previous_default"]
         for kind, fig in after.items():
             was = before.get(kind, {})
             table.add_row(

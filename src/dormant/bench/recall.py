@@ -128,7 +128,7 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
     text_only = RecallMode(vector=False)
     runs: dict[str, Any] = {
         "hybrid": run_queries(with_dict, queries, ids, HYBRID),
-        # "before": the same ranking without structure first (nor the recency fallback)
+        "previous_default": run_queries(with_dict, queries, ids, PREVIOUS),
         "hybrid_no_structure": run_queries(with_dict, queries, ids, NO_STRUCTURE),
         "fulltext_only_no_structure": run_queries(
             with_dict, queries, ids, RecallMode(vector=False, structure=False)
@@ -172,7 +172,7 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
             )
     per_category = {
         "hybrid": runs["hybrid"].by_category(ids),
-        "hybrid_no_structure": runs["hybrid_no_structure"].by_category(ids),
+        "previous_default": runs["previous_default"].by_category(ids),
         "fulltext_only_no_structure": runs["fulltext_only_no_structure"].by_category(ids),
         "hybrid_no_decay": runs["hybrid_no_decay"].by_category(ids),
         "hybrid_no_dictionary": runs["hybrid_no_dictionary"].by_category(ids_nodict),
@@ -202,6 +202,9 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
 
 
 NO_STRUCTURE = RecallMode(structure=False)
+#: "before": the previous default, ranking alone (no structure first, no recency
+#: fallback) with the previous decay, λ = 0.001 per hour
+PREVIOUS = RecallMode(structure=False, ranking=RankingPolicy(default_lambda=0.001))
 
 
 def chinese(
@@ -217,6 +220,7 @@ def chinese(
     ids = fill_suite(core, suite)
     modes = {
         "hybrid": HYBRID,
+        "previous_default": PREVIOUS,
         "hybrid_no_structure": NO_STRUCTURE,
         "fulltext_only": RecallMode(vector=False),
         "fulltext_only_no_structure": RecallMode(vector=False, structure=False),
@@ -376,6 +380,7 @@ def run(params: dict[str, Any], *, progress: bool = False) -> dict[str, Any]:
     summary.update({"p50_ms": last["p50_ms"], "p99_ms": last["p99_ms"], "rss_bytes": last["rss_bytes"]})
     baselines = {}
     for name in (
+        "previous_default",
         "hybrid_no_structure",
         "recency_only",
         "fulltext_only",
@@ -394,8 +399,8 @@ def run(params: dict[str, Any], *, progress: bool = False) -> dict[str, Any]:
         }
     summary["baselines"] = baselines
     summary["per_category"] = {
-        "en": {k: q["per_category"][k] for k in ("hybrid", "hybrid_no_structure")},
-        "zh": {k: q["zh"]["per_category"][k] for k in ("hybrid", "hybrid_no_structure")},
+        "en": {k: q["per_category"][k] for k in ("hybrid", "previous_default")},
+        "zh": {k: q["zh"]["per_category"][k] for k in ("hybrid", "previous_default")},
     }
     summary["zh"] = q["zh"]["runs"]
     summary["details"] = {

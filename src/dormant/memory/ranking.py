@@ -11,11 +11,11 @@ final order:
   cosine distance never have to be put on one scale. k = 1 rather than the usual
   60 because the fused score is multiplied by decay: at k = 60 ranks 1..10 differ
   by ~15 %, so any decay that spans more than that overrides relevance; at k = 1
-  rank 1 scores 5.5x rank 10 and λ = 0.001 only reorders near-ties (measured in
+  rank 1 scores 5.5x rank 10 and a small λ only reorders near-ties (measured in
   BENCHMARKS.md). ``"weighted"`` (min-max normalized bm25 and cosine similarity,
   weighted) is the alternative.
 * **Decay** is ``1 / (1 + λ·hours)``, λ per kind (:attr:`RankingPolicy.lambdas`),
-  default 0.001 (:data:`DEFAULT_LAMBDA`). The hours run from the record's creation
+  default 0.0001 (:data:`DEFAULT_LAMBDA`). The hours run from the record's creation
   by default (``decay_from="created"``): a record that is recalled often should not
   look younger than it is, and the benchmark measures both.
 * **Importance** (0..1, default 0.5) multiplies by ``1 + weight·(importance - 0.5)``.
@@ -39,9 +39,11 @@ DecayFrom = Literal["created", "access"]
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_TAGS = 32
 MAX_TAG_VALUE_CHARS = 256
-#: λ per hour, the issue's 0.001: with k = 1 fusion it lifts the newest of similar
-#: events (the "last call" queries: 0.36 -> 0.70 recall@5) and costs the facts little.
-DEFAULT_LAMBDA = 0.001
+#: λ per hour. 0.001 lifted the newest of similar events when ranking alone had to
+#: answer "the last call"; now that structure answers "latest" questions first
+#: (:mod:`~dormant.memory.structure`), 0.0001 (half-weight after ~14 months) keeps
+#: relevance ahead of age: recall@1 0.91 -> 0.99 on the bench (BENCHMARKS.md).
+DEFAULT_LAMBDA = 0.0001
 #: the reciprocal-rank constant (see the module docstring)
 DEFAULT_RRF_K = 1.0
 
