@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 
 #: Tenant handles a memory keeps (each a few hundred bytes).
 MAX_TENANT_HANDLES = 256
+#: A subject: its binding key, or its identity parts (``{"phone": ..., "device": ...}``),
+#: bound here by :meth:`Memory.bind`
+Subject = str | Mapping[str, str]
+#: The subjects a read sees: binding keys, one key, or one identity's parts
+Subjects = Sequence[str] | Mapping[str, str]
 
 
 async def _tenant_id(store: Store | None, tenant: str) -> str:
@@ -153,7 +158,7 @@ class Memory:
 
     async def add(
         self,
-        subject: str,
+        subject: Subject,
         text: str,
         *,
         kind: MemoryKind = "fact",
@@ -171,7 +176,9 @@ class Memory:
 
         ``valid_from``: when it became true; ``observed_at``: when it was seen (Unix
         seconds; each defaults to the other, then to now). Versions of a key supersede
-        in ``valid_from`` order, so an older record added later is stored as history."""
+        in ``valid_from`` order, so an older record added later is stored as history.
+        ``subject``: a binding key or identity parts (bound by :meth:`bind`)."""
+        (subject,) = await self._keys(subject)
         new = NewMemory(
             valid_from=valid_from,
             observed_at=observed_at,
@@ -194,7 +201,7 @@ class Memory:
 
     async def recall(
         self,
-        subject_keys: Sequence[str],
+        subject_keys: Subjects,
         query: str = "",
         *,
         tags: Mapping[str, TagValue] | None = None,
@@ -209,6 +216,7 @@ class Memory:
         """The best ``k`` memories of the subject(s) for ``query`` (see :meth:`MemoryCore.recall`):
         ``at`` the moment recalled (validity and decay), ``now`` the clock, ``explain``
         the parts of each hit's rank."""
+        subject_keys = await self._keys(subject_keys)
         return await asyncio.to_thread(
             self.core.recall,
             self.tenant,
@@ -224,43 +232,51 @@ class Memory:
             explain=explain,
         )
 
-    async def get(self, subject_keys: Sequence[str], record_id: str) -> MemoryRecord:
+    async def get(self, subject_keys: Subjects, record_id: str) -> MemoryRecord:
         """One record of the subject(s); NotFound outside the scope."""
-        return await asyncio.to_thread(self.core.get, self.tenant, subject_keys, record_id)
+        keys = await self._keys(subject_keys)
+        return await asyncio.to_thread(self.core.get, self.tenant, keys, record_id)
 
     async def list(
         self,
-        subject_keys: Sequence[str],
+        subject_keys: Subjects,
         *,
         spec: FilterSpec | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> MemoryPage[MemoryRecord]:
         """The subject's records, newest first, one page."""
+        subject_keys = await self._keys(subject_keys)
         return await asyncio.to_thread(
             self.core.list, self.tenant, subject_keys, spec=spec, cursor=cursor, limit=limit
         )
 
     async def history(
         self,
-        subject_keys: Sequence[str],
+        subject_keys: Subjects,
         *,
         record_id: str | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> MemoryPage[MemoryChange]:
         """The history of the subject (or of one record), oldest first, one page."""
+        subject_keys = await self._keys(subject_keys)
         return await asyncio.to_thread(
             self.core.history, self.tenant, subject_keys, record_id=record_id, cursor=cursor, limit=limit
         )
 
     async def forget(
-        self, subject_keys: Sequence[str], record_id: str, *, reason: str = "", actor: str = "api"
+        self, subject_keys: Subjects, record_id: str, *, reason: str = "", actor: str = "api"
     ) -> None:
         """Invalidate one record (kept in the history)."""
-        await asyncio.to_thread(
-            self.core.forget, self.tenant, subject_keys, record_id, actor=actor, reason=reason
-        )
+        keys = await self._keys(subject_keys)
+        await asyncio.to_thread(self.core.forget, self.tenant, keys, record_id, actor=actor, reason=reason)
+
+    async def _keys(self, subjects: Subjects | str) -> builtins.list[str]:
+        """Binding keys of ``subjects``: keys as given, identity parts bound by :meth:`bind`."""
+        if isinstance(subjects, Mapping):
+            return [await self.bind(subjects)]
+        return [subjects] if isinstance(subjects, str) else builtins.list(subjects)
 
     async def bind(self, parts: Mapping[str, str]) -> str:
         """The binding key of identity ``parts`` (registered for partial lookups through links)."""
