@@ -112,3 +112,20 @@ def test_chinese_full_text_dictionary_and_intent(core: MemoryCore) -> None:
     assert ids(core, "包裹应该寄到哪个城市？", mode=TEXT_ONLY)[0] == moved
     assert ids(core, "客户现在的地址是什么？")[0] == moved
     assert core.dictionary_groups(T) == [["物流异常", "快递停滞", "派送超时"], ["发货", "寄出"]]
+
+
+def test_a_recalled_query_is_embedded_once_until_the_dictionary_changes(core: MemoryCore) -> None:
+    add(core, ALICE, "Likes green tea", kind="preference")
+    calls: list[int] = []
+    embed = core.embedder.embed  # type: ignore[union-attr]
+
+    def counting(texts: object) -> object:
+        calls.append(1)
+        return embed(texts)  # type: ignore[arg-type]
+
+    core.embedder.embed = counting  # type: ignore[union-attr, method-assign]
+    first = ids(core, "what does she drink")
+    assert ids(core, "what does she drink") == first and len(calls) == 1
+    core.save_dictionary(T, [["drink", "beverage"]])
+    ids(core, "what does she drink")
+    assert len(calls) >= 2 and core.queries.hits == 1

@@ -41,6 +41,7 @@ from .dictionary import DEFAULT_PULL_WEIGHT, EMPTY, Dictionary
 from .embedder import Embedder
 from .fulltext import query_terms
 from .intent import DEFAULT_VOCABULARY, NONE, IntentVocabulary, read_intent
+from .qcache import QueryCache
 from .ranking import Candidate, FilterSpec, RankingPolicy, SupersessionRules, check_tags, rank
 from .records import (
     MEMORY_KINDS,
@@ -139,6 +140,8 @@ class MemoryCore:
         self.config = config or MemoryConfig()
         self._dicts: OrderedDict[str, Dictionary] = OrderedDict()
         self._vocabs: OrderedDict[int, tuple[Dictionary, IntentVocabulary]] = OrderedDict()
+        #: query vectors by text (bounded by entries and bytes)
+        self.queries = QueryCache()
         self._embedder_checked = False
         #: access counts of recalled records, written in batches off recall's path
         self.accesses = AccessCounts(backend.touch, self.config.touch_batch)
@@ -408,6 +411,7 @@ class MemoryCore:
         d = Dictionary(groups)
         self.backend.save_dictionary(tenant, [list(g) for g in d.groups])
         self._dicts.pop(tenant, None)
+        self.queries.clear()  # pulled query vectors depend on the dictionary
         return len(d)
 
     # -- reads ----------------------------------------------------------------------------
@@ -453,8 +457,11 @@ class MemoryCore:
             if self.embedder is None:
                 degraded.append("no embedder configured: text + structure only")
             else:
-                vecs = self._embed(tenant, [query], pull=mode.dictionary)
-                vector = vecs[0] if vecs else None
+                vector = self.queries.get(tenant, mode.dictionary, query)
+                vecs = [vector] if vector is not None else self._embed(tenant, [query], pull=mode.dictionary)
+                if vecs and vector is None:
+                    vector = vecs[0]
+                    self.queries.put(tenant, mode.dictionary, query, vector)
                 if vecs is None:
                     degraded.append("vector index unavailable (sqlite-vec not loaded): text + structure only")
         n = max(50, k * self.config.candidate_factor)
