@@ -134,3 +134,11 @@ def test_cjk_dictionary_terms_match_inside_a_sentence() -> None:
     assert d.matches("包裹快递停滞了") == [0]
     assert d.matches("has it shipped") == [1]
     assert d.matches("unshipped") == [] and d.matches("物流很好") == []
+
+
+def test_chinese_query_terms_split_at_latin_and_drop_question_bigrams() -> None:
+    from dormant.memory.fulltext import query_terms, words
+
+    assert words("订单ORD-000001发货了吗？") == ["订单", "ord", "000001", "发货了吗"]
+    terms = query_terms("客户有没有反映过派送超时？")
+    assert "有没" not in terms and "没有" not in terms and {"反映", "派送", "超时"} <= set(terms)
