@@ -129,3 +129,12 @@ def test_a_recalled_query_is_embedded_once_until_the_dictionary_changes(core: Me
     core.save_dictionary(T, [["drink", "beverage"]])
     ids(core, "what does she drink")
     assert len(calls) >= 2 and core.queries.hits == 1
+
+
+def test_a_chinese_query_skips_an_embedder_that_cannot_read_it(core: MemoryCore) -> None:
+    add(core, ALICE, "客户反映快递停滞。", kind="event")
+    assert not core.recall(T, [ALICE], "快递停滞", now=10_000.0).degraded
+    core.embedder.reads_cjk = False  # type: ignore[union-attr]
+    got = core.recall(T, [ALICE], "快递停滞", now=10_000.0)
+    assert got.degraded and "does not read CJK" in got.degraded[0] and got.hits[0].vector_rank is None
+    assert core.recall(T, [ALICE], "parcel stuck", now=10_000.0).hits[0].vector_rank is not None

@@ -39,7 +39,7 @@ from .binding import (
 )
 from .dictionary import DEFAULT_PULL_WEIGHT, EMPTY, Dictionary
 from .embedder import Embedder
-from .fulltext import query_terms
+from .fulltext import mostly_cjk, query_terms
 from .intent import DEFAULT_VOCABULARY, NONE, IntentVocabulary, read_intent
 from .qcache import QueryCache
 from .ranking import Candidate, FilterSpec, RankingPolicy, SupersessionRules, check_tags, rank
@@ -456,6 +456,8 @@ class MemoryCore:
         if mode.vector and query.strip():
             if self.embedder is None:
                 degraded.append("no embedder configured: text + structure only")
+            elif not getattr(self.embedder, "reads_cjk", True) and mostly_cjk(query):
+                degraded.append(f"{self.embedder.name} does not read CJK text: text + structure only")
             else:
                 vector = self.queries.get(tenant, mode.dictionary, query)
                 vecs = [vector] if vector is not None else self._embed(tenant, [query], pull=mode.dictionary)

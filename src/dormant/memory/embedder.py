@@ -151,6 +151,10 @@ class MiniLMEmbedder:
     file's sha256 is checked at load. ``threads`` bounds onnxruntime's intra-op threads.
     """
 
+    #: its WordPiece vocabulary is English: most CJK characters are its unknown token, so a
+    #: Chinese query's vector says nothing (recall ranks such a query by text + structure)
+    reads_cjk = False
+
     def __init__(self, *, batch: int = DEFAULT_BATCH, threads: int = 1, model_path: Path | None = None):
         self._batch = max(1, batch)
         self._threads = max(1, threads)

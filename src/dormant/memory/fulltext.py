@@ -87,3 +87,10 @@ def match_expr(groups: list[list[str]]) -> str | None:
         if terms:
             alts.append(terms[0] if len(terms) == 1 else "(" + " OR ".join(terms) + ")")
     return " OR ".join(alts) if alts else None
+
+
+def mostly_cjk(text: str) -> bool:
+    """Whether most of ``text``'s letters are CJK characters."""
+    cjk = sum(len(m) for m in CJK_RUN.findall(text))
+    other = sum(len(w) for w in words(text) if not CJK_RUN.fullmatch(w) and not w.isdigit())
+    return cjk > other

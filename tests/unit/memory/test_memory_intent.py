@@ -142,3 +142,12 @@ def test_chinese_query_terms_split_at_latin_and_drop_question_bigrams() -> None:
     assert words("订单ORD-000001发货了吗？") == ["订单", "ord", "000001", "发货了吗"]
     terms = query_terms("客户有没有反映过派送超时？")
     assert "有没" not in terms and "没有" not in terms and {"反映", "派送", "超时"} <= set(terms)
+
+
+def test_mostly_cjk_and_which_embedders_read_it() -> None:
+    from dormant.memory.fulltext import mostly_cjk
+
+    assert mostly_cjk("订单ORD-000001发货了吗？") and mostly_cjk("包裹应该寄到哪个城市？")
+    assert not mostly_cjk("Was order 订单 shipped?") and not mostly_cjk("")
+    assert MiniLMEmbedder.reads_cjk is False
+    assert getattr(HashingEmbedder(16), "reads_cjk", True)
