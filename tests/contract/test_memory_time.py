@@ -107,7 +107,7 @@ def test_chinese_full_text_dictionary_and_intent(core: MemoryCore) -> None:
     add(core, ALICE, "客户说天气很好。", kind="event", now=4000.0)
     # the synonym inside a sentence with no spaces: the dictionary fires
     assert ids(core, "客户有没有反映过物流异常？", mode=TEXT_ONLY)[0] == stuck
-    assert ids(core, "物流异常", mode=RecallMode(vector=False, structure=False)) == [stuck]
+    assert ids(core, "这单有物流异常吗", mode=RecallMode(vector=False, structure=False)) == [stuck]
     # "which city should the parcel go to?": no shared word, answered by structure
     assert ids(core, "包裹应该寄到哪个城市？", mode=TEXT_ONLY)[0] == moved
     assert ids(core, "客户现在的地址是什么？")[0] == moved
