@@ -70,6 +70,14 @@ async def memory_round_trip(client: Client) -> None:
     assert [h["record"]["id"] for h in found["items"]] == [record["id"]]
     by_key = await call(client, "recall", query="tea", subject=record["subject"])
     assert [h["record"]["id"] for h in by_key["items"]] == [record["id"]]
+    assert by_key["items"][0]["explain"] is None
+    explained = await call(client, "recall", query="tea", identity=phone, explain=True)
+    assert explained["items"][0]["explain"], explained
+    dated = await call(
+        client, "remember", text="visited in May", identity=phone, kind="event", valid_from=1.7e9
+    )
+    assert dated["record"]["valid_from"] == 1.7e9
+    await call(client, "forget", record_id=dated["record"]["id"], identity=phone)
     await call(client, "forget", record_id=record["id"], identity=phone, reason="asked to")
     history = await call(client, "memory_history", record_id=record["id"], subject=record["subject"])
     assert [c["op"] for c in history["items"]][-1] == "forget" and history["next_cursor"] is None

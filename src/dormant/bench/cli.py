@@ -438,6 +438,8 @@ def recall(
             "embedder": embedder,
             "seed": seed,
             "latency_queries": queries,
+            "zh_subjects": max(10, subjects // 5),
+            "zh_rich": max(1, rich // 2),
         }
     )
     summary = _run_process("recall", "dormant.bench.recall", payload, out)
@@ -455,7 +457,29 @@ def recall(
             ),
         )
     console.print(table)
+    _per_category(summary)
     console.print(f"rss {summary['rss_bytes']:,} bytes; wrote {out / 'summary.json'}")
+
+
+def _per_category(summary: dict[str, object]) -> None:
+    """Recall@1 and @5 per question kind and suite, without structure first -> with it."""
+    cats: dict[str, dict[str, dict[str, dict[str, float]]]] = summary["per_category"]  # type: ignore[assignment]
+    table = Table(title="recall per question kind (previous default -> hybrid)")
+    for col in ("suite", "kind", "recall@1", "recall@5", "stale"):
+        table.add_column(col, justify="left" if col in ("suite", "kind") else "right")
+    for suite, runs in cats.items():
+        after, before = runs["hybrid"], runs["previous_default"]
+        for kind, fig in after.items():
+            was = before.get(kind, {})
+            table.add_row(
+                suite,
+                kind,
+                *(
+                    f"{was.get(k, 0):.3f} -> {fig[k]:.3f}"
+                    for k in ("recall_at_1", "recall_at_5", "stale_rate")
+                ),
+            )
+    console.print(table)
 
 
 @bench_app.command("retention")

@@ -164,6 +164,8 @@ async def add_memory(memory: Memory, body: MemoryAdd, *, actor: str) -> AddOut:
         tags=body.tags,
         importance=body.importance,
         replaces=body.replaces,
+        valid_from=body.valid_from,
+        observed_at=body.observed_at,
         actor=actor,
     )
     return AddOut.of(result)
@@ -173,7 +175,14 @@ async def recall_memory(memory: Memory, body: MemoryRecall) -> RecallOut:
     """The best ``k`` memories of the body's subject(s) for its query, best first."""
     keys = await subject_keys(memory, body.subjects, body.identity)
     recall = await memory.recall(
-        keys, body.query, tags=body.tags, kinds=body.kinds, k=body.k, at=body.at, history=body.history
+        keys,
+        body.query,
+        tags=body.tags,
+        kinds=body.kinds,
+        k=body.k,
+        at=body.at,
+        history=body.history,
+        explain=body.explain,
     )
     return RecallOut(items=[HitOut.of(h) for h in recall.hits], degraded=list(recall.degraded))
 

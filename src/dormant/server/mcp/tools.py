@@ -116,6 +116,8 @@ def build_server(
         tags: dict[str, Any] | None = None,
         importance: float = 0.5,
         replaces: list[str] | None = None,
+        valid_from: Annotated[float | None, Field(description="UNIX time it became true")] = None,
+        observed_at: Annotated[float | None, Field(description="UNIX time it was seen")] = None,
     ) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             body = MemoryAdd.model_validate(
@@ -127,6 +129,8 @@ def build_server(
                     "tags": tags or {},
                     "importance": importance,
                     "replaces": replaces or [],
+                    "valid_from": valid_from,
+                    "observed_at": observed_at,
                 }
             )
             memory = await calls.memory_of(runtime, await tenant_of(ctx))
@@ -143,6 +147,8 @@ def build_server(
         k: int = 5,
         kinds: list[str] | None = None,
         tags: dict[str, Any] | None = None,
+        at: Annotated[float | None, Field(description="as of this UNIX time (default: now)")] = None,
+        explain: Annotated[bool, Field(description="each hit with the parts of its rank")] = False,
     ) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             body = MemoryRecall.model_validate(
@@ -153,6 +159,8 @@ def build_server(
                     "k": k,
                     "kinds": kinds or [],
                     "tags": tags or {},
+                    "at": at,
+                    "explain": explain,
                 }
             )
             memory = await calls.memory_of(runtime, await tenant_of(ctx))
