@@ -8,6 +8,7 @@ admit its result; a second, different decision is a conflict carrying the first.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import msgspec
 import pytest
@@ -22,7 +23,7 @@ TENANT = "t0123456789ab"
 
 
 async def waiting(
-    store: Store, thread_id: str = "t1", call_id: str = "c1", *, deadline: float = 0.0, **extra: object
+    store: Store, thread_id: str = "t1", call_id: str = "c1", *, deadline: float = 0.0, **extra: Any
 ) -> None:
     """``thread_id``'s slice asked for ``refund`` (call ``call_id``), which needs approval."""
     await store.admit([user(thread_id, f"k-{call_id}", "refund me", agent="a")])
@@ -30,7 +31,7 @@ async def waiting(
     p = plan(c, load, reply="", calls=[call(call_id, "refund", arguments='{"amount": 120}')])
     wait = NewApproval(
         call_id=call_id, tool="refund", arguments='{"amount": 120}', deadline=deadline, **extra
-    )  # type: ignore[arg-type]
+    )
     await store.commit_slice(msgspec.structs.replace(p, calls=(), approvals=(wait,)))
 
 
