@@ -20,7 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 
 from ..ops.exporter import Exporter, render
 from ..runtime import Runtime
-from . import problems
+from . import approval_routes, problems
 from .access import AccessLog, HttpMetrics
 from .cors import install_cors
 from .hub import Hub
@@ -146,6 +146,7 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         return Response(body, media_type=content_type)
 
     app.include_router(routes.router)
+    app.include_router(approval_routes.router)
     app.include_router(streams.router)
     app.include_router(stream_auth.router)
     app.include_router(memory_routes.router)
