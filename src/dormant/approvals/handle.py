@@ -93,7 +93,13 @@ class ApprovalApi:
             if args is None:
                 raise InvalidInput("an edit gives the call's new arguments (args=)")
             agent = self.agents.get((await self.store.get_thread(thread_id, tenant=tenant)).agent)
-            arguments = edited_arguments(agent.toolbox.get(wait.tool) if agent else None, args)
+            spec = agent.toolbox.get(wait.tool) if agent else None
+            if spec is None:
+                raise InvalidInput(
+                    f"tool {wait.tool!r} is not known to this process: an edit cannot be checked "
+                    "against its schema (load the thread's agent, e.g. --app)"
+                )
+            arguments = edited_arguments(spec, args)
         elif args is not None:
             raise InvalidInput(f"only an edit takes arguments, not {action}")
         if action == "deny":

@@ -486,6 +486,10 @@ def _mount_serve() -> None:
     app.add_typer(tenants_app, name="tenants")
     app.command()(gc)
     app.add_typer(mcp_app, name="mcp")
+    from .approvals import answer, approvals_app
+
+    app.add_typer(approvals_app, name="approvals")
+    app.command("answer")(answer)
 
 
 _mount_serve()
