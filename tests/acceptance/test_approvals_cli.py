@@ -42,6 +42,7 @@ async def waiting(store: str) -> dict[str, str]:
 def test_list_show_approve_deny_answer(cli: Cli) -> None:
     calls = asyncio.run(waiting(cli.store))
     assert sorted(calls) == ["t1", "t2", "t3"]
+    assert "waiting for a person" in cli.ok("status")
     listed = cli.ok("approvals", "list")
     assert "refund" in listed and "ask_user" in listed and listed.count("│ requested") == 3
     approved = cli.ok("approvals", "approve", "t1", calls["t1"], "--by", "ann")

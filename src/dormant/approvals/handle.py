@@ -15,6 +15,7 @@ from . import ACTIONS, check_answer, check_texts, denied_text, edited_arguments
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..metrics import RuntimeStats
     from ..slices.dispatcher import Dispatcher
     from ..slices.scheduler import Scheduler
     from ..store import Store
@@ -32,6 +33,11 @@ class ApprovalApi:
         agents: dict[str, Agent]
         scheduler: Scheduler
         dispatcher: Dispatcher
+        stats: RuntimeStats
+
+    def _counted(self, outcome: str, n: int = 1) -> None:
+        if n:
+            self.stats.approvals[outcome] = self.stats.approvals.get(outcome, 0) + n
 
     async def pending(
         self,
@@ -152,6 +158,7 @@ class ApprovalApi:
             tenant=tenant,
         )
         if fresh:
+            self._counted("answered")
             self.scheduler.wake.set()
         return row
 
@@ -163,6 +170,8 @@ class ApprovalApi:
             except StoreError as exc:
                 log.warning("approval_sweep_failed", extra={"error": str(exc)})
                 expired = escalated = 0
+            self._counted("expired", expired)
+            self._counted("escalated", escalated)
             if expired:
                 self.scheduler.wake.set()
             if expired or escalated:

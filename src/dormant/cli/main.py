@@ -289,6 +289,7 @@ def status(
         settings = settings_for(store)
         async with opened_store(settings) as st:
             s = await st.status()
+            waits, oldest_wait = await st.open_approvals()
         servers: list[dict[str, object]] = []
         if app_spec is not None or model != SCRIPTED:
             agents = agents_for(app_spec, model, base_url, None, ModelKnobs(context_window=context_window))
@@ -298,6 +299,7 @@ def status(
                 await close_models(agents)
         if as_json:
             data = {"store": redact(settings.store), **msgspec.structs.asdict(s), "model_servers": servers}
+            data["approvals_open"], data["approvals_oldest_requested_at"] = waits, oldest_wait
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
             return
         title = f"dormant status — {redact(settings.store)}"
@@ -317,6 +319,8 @@ def status(
         group("outbox", s.outbox_by_status, ["pending", "running", "done", "dead", "unknown"])
         table.add_row("dead letters", Text(f"{s.dead_letters:,}", style="red" if s.dead_letters else ""))
         table.add_row("messages", f"{s.messages:,}")
+        if waits:  # calls and questions waiting for a person (dormant approvals list)
+            table.add_row("waiting for a person", f"{waits:,}, oldest since {when(oldest_wait or 0)}")
         for label, value in model_rows(s):  # tokens counted by the model servers, threads waiting on one
             table.add_row(label, value)
         for label, value in server_table_rows(servers):  # what the model servers say of themselves
