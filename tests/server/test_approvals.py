@@ -15,7 +15,8 @@ from dormant.records import ToolCall
 from dormant.tools.builtins import ASK_USER_TOOL
 from dormant.tools.spec import tool
 from tests.helpers import eventually
-from tests.server.support import serve
+from tests.server.support import events, serve
+from tests.server.test_events import collect
 
 RUNS: list[int] = []
 
@@ -111,3 +112,21 @@ async def test_answer_over_rest() -> None:
             return await last_reply(h, "t2") == "saw red"
 
         await eventually(replied)
+
+
+async def test_the_event_stream_tells_of_waits_opening_and_closing() -> None:
+    kinds = {"approval_requested", "approval_decided", "question"}
+    async with serve(agents()) as s, s.client() as h:
+        await h.post("/v1/threads", json={"id": "t3", "agent": "a"})
+        async with h.stream("GET", "/v1/threads/t3/events") as r:
+            stream = events(r)
+            await send(h, "t3", "500")
+            (requested,) = await collect(stream, 1, kinds)
+            assert requested.event == "approval_requested"
+            call_id = json.loads(requested.data)["call_id"]
+            await h.post(f"/v1/threads/t3/approvals/{call_id}", json={"action": "deny", "by": "ann"})
+            (decided,) = await collect(stream, 1, kinds)
+            assert decided.event == "approval_decided" and json.loads(decided.data)["status"] == "denied"
+            await send(h, "t3", "ask")
+            (question,) = await collect(stream, 1, kinds)
+            assert question.event == "question" and json.loads(question.data)["choices"] == ["red", "blue"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, StoreError, UsageError
@@ -34,6 +35,14 @@ class ApprovalApi:
         scheduler: Scheduler
         dispatcher: Dispatcher
         stats: RuntimeStats
+
+        @property
+        def on_change(self) -> Callable[[str], None] | None: ...
+
+    def _changed(self, thread_id: str) -> None:
+        observer = self.on_change
+        if observer is not None:
+            observer(thread_id)  # the thread's event streams read the decision
 
     def _counted(self, outcome: str, n: int = 1) -> None:
         if n:
@@ -159,6 +168,7 @@ class ApprovalApi:
         )
         if fresh:
             self._counted("answered")
+            self._changed(thread_id)
             self.scheduler.wake.set()
         return row
 

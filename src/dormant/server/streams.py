@@ -10,6 +10,9 @@ Events:
   process, as it streams (not durable: dropped once the slice commits its messages);
 * ``rollback`` (id: the last seq sent): the live text sent since that seq is void (a
   slice interrupted by an input sent with ``strategy=rollback``);
+* ``approval_requested``, ``question``, ``approval_decided``, ``approval_expired``: a
+  call or question of the thread that started or stopped waiting for a person (see
+  :mod:`.approval_events`);
 * ``error``: why the server ends the stream (a slow client, a deleted thread).
 
 ``?token=`` (from ``POST /v1/threads/{id}/events/token``, see :mod:`.tokens`) may stand
@@ -34,6 +37,7 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import DormantError, UsageError
+from .approval_events import wait_events
 from .hub import Subscriber
 from .routes import ERRORS
 from .schemas import MessageOut
@@ -64,6 +68,7 @@ async def thread_events(
     page_size = state.config.replay_page
     mark: tuple[str, int, str | None] | None = None
     offset = 0  # characters of live text sent since the last durable message
+    waits: dict[str, str] = {}  # the thread's open waits announced (bounded: one page)
     try:
         while True:
             sub.wake.clear()  # before reading: a change during the reads wakes the next round
@@ -93,6 +98,8 @@ async def thread_events(
                 mark = now
                 data = {"status": thread.status, "awaiting": thread.awaiting, "error": thread.error}
                 yield ServerSentEvent(data=json.dumps(data), event="status", id=str(after))
+            for event in await wait_events(rt, thread_id, tenant, waits, after):
+                yield event
             if state.hub.closing:
                 data = {
                     "code": "shutting_down",
