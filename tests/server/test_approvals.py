@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import httpx
+import openai
 
 from dormant.agent import Agent
 from dormant.models.base import ModelReply, ModelRequest
@@ -130,3 +131,27 @@ async def test_the_event_stream_tells_of_waits_opening_and_closing() -> None:
             await send(h, "t3", "ask")
             (question,) = await collect(stream, 1, kinds)
             assert question.event == "question" and json.loads(question.data)["choices"] == ["red", "blue"]
+
+
+async def test_the_openai_facade_ends_a_turn_at_a_wait_and_the_next_message_answers() -> None:
+    RUNS.clear()
+    async with serve(agents()) as s:
+        c = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key=s.key_a, max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "ask"}]
+        asked = await c.chat.completions.create(model="a", user="alice", messages=messages)
+        text = asked.choices[0].message.content or ""
+        assert asked.choices[0].finish_reason == "stop" and "which?" in text and "red, blue" in text
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "blue"}]
+        answered = await c.chat.completions.create(model="a", user="alice", messages=messages)
+        assert answered.choices[0].message.content == "saw blue"
+        again = await c.chat.completions.create(model="a", user="alice", messages=messages)  # a retry
+        assert again.choices[0].message.content == "saw blue"
+        async with s.client() as h:
+            history = (await h.get("/v1/approvals?status=all")).json()["items"]
+            assert [(a["tool"], a["status"], a["note"]) for a in history] == [
+                ("ask_user", "answered", "blue")
+            ]
+        refund_turn: list[Any] = [{"role": "user", "content": "500"}]
+        held = await c.chat.completions.create(model="a", user="bob", messages=refund_turn)
+        assert "Waiting for a person to approve refund" in (held.choices[0].message.content or "")
+        assert RUNS == []
