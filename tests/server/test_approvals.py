@@ -34,7 +34,7 @@ def script(req: ModelRequest) -> ModelReply:
     if last.role == "user" and last.content == "ask":
         args = json.dumps({"question": "which?", "choices": ["red", "blue"]})
         return ModelReply(text="", tool_calls=(ToolCall(id="q", name="ask_user", arguments=args),))
-    if last.role == "user":
+    if last.role == "user" and last.content.isdigit():
         args = json.dumps({"amount": int(last.content)})
         return ModelReply(text="", tool_calls=(ToolCall(id="r", name="refund", arguments=args),))
     return ModelReply(text="saw " + last.content)
@@ -107,10 +107,15 @@ async def test_answer_over_rest() -> None:
         )
         url = f"/v1/threads/t2/answers/{question['call_id']}"
         assert (await h.post(url, json={"text": "green"})).status_code == 422
+        # while it waits no slice runs: even strategy=reject queues an input behind the answer
+        r = await h.post("/v1/threads/t2/inputs", json={"content": "meanwhile", "strategy": "reject"})
+        assert r.status_code == 202 and (await h.get("/v1/threads/t2")).json()["awaiting"] == 1
         assert (await h.post(url, json={"text": "red", "by": "ann"})).status_code == 200
 
-        async def replied() -> bool:
-            return await last_reply(h, "t2") == "saw red"
+        async def replied() -> bool:  # the answer's slice, then the queued input's
+            items = (await h.get("/v1/threads/t2/messages?limit=50")).json()["items"]
+            said = [m["content"] for m in items if m["role"] == "assistant" and m["content"]]
+            return said == ["saw red", "saw meanwhile"]
 
         await eventually(replied)
 
