@@ -178,3 +178,12 @@ async def test_waits_are_tenant_scoped_and_paged(store: Store) -> None:
     assert rest.next_cursor is None
     assert (await store.open_approvals())[0] == 6
     assert [a.call_id for a in (await store.approvals(thread_id="t3")).items] == ["c3"]
+
+
+async def test_deleting_a_thread_deletes_its_waits(store: Store) -> None:
+    await waiting(store)
+    await waiting(store, "t2", "c2")
+    await store.delete_thread("t1")
+    assert [a.thread_id for a in (await store.approvals(status="all")).items] == ["t2"]
+    with pytest.raises(NotFound):
+        await store.decide_approval("t1", "c1", status="approved", arguments="{}")
