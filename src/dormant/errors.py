@@ -62,6 +62,17 @@ class Busy(UsageError):
     code = "thread_busy"
 
 
+class DecisionConflict(UsageError):
+    """A different decision was already recorded for that call; ``first`` is it (an
+    :class:`~dormant.records.Approval`)."""
+
+    code = "decision_conflict"
+
+    def __init__(self, message: str, first: object = None) -> None:
+        super().__init__(message)
+        self.first = first
+
+
 class StoreError(DormantError):
     """The durable store failed; nothing the failing call did was acknowledged."""
 
@@ -183,6 +194,7 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     PayloadTooLarge: 413,
     Unauthenticated: 401,
     Busy: 409,
+    DecisionConflict: 409,
     StoreError: 503,
     StoreFull: 507,
     StoreLocked: 503,

@@ -81,6 +81,9 @@ class RuntimeStats:
     replies_cut: int = 0  # replies the output cap cut (finish_reason length)
     continuations: int = 0  # model calls that continued a cut reply
     refusals: int = 0  # replies refused (content filter, refusal): the slice failed
+    #: waits for a person this runtime acted on, by outcome (approved, edited, denied,
+    #: answered, expired, escalated): a fixed key set
+    approvals: dict[str, int] = field(default_factory=dict)
     slice_latency: LatencyRecorder = field(default_factory=LatencyRecorder)
     model_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one model call
     tool_latency: LatencyRecorder = field(default_factory=LatencyRecorder)  # one tool call, inline or async

@@ -318,6 +318,52 @@ class NewCall(msgspec.Struct, frozen=True, kw_only=True):
     external: bool = False
 
 
+ApprovalStatus = Literal["requested", "escalated", "approved", "edited", "denied", "expired", "answered"]
+#: The statuses of a wait still open (someone may act on it).
+OPEN_APPROVAL = ("requested", "escalated")
+
+
+class NewApproval(msgspec.Struct, frozen=True, kw_only=True):
+    """A call a person must approve (``kind`` ``approval``) or a question they must answer
+    (``question``: ``ask_user``), committed with the slice instead of an outbox entry.
+    ``deadline`` is a clock time (0: none); at it the wait expires, or escalates once to
+    ``escalate_role`` for ``escalate_s`` more seconds when that is set."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    kind: Literal["approval", "question"] = "approval"
+    idempotent: bool = False
+    role: str | None = None
+    deadline: float = 0.0
+    escalate_role: str | None = None
+    escalate_s: float = 0.0
+
+
+class Approval(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored wait for a person: its request and, once acted on, the decision.
+    ``arguments`` are the model's; ``decided_arguments`` those that ran (an edit's)."""
+
+    id: int
+    thread_id: str
+    tenant: str
+    call_id: str
+    kind: str
+    tool: str
+    arguments: str
+    status: ApprovalStatus
+    role: str | None = None
+    deadline: float = 0.0
+    escalate_role: str | None = None
+    escalate_s: float = 0.0
+    decision_key: str | None = None
+    decided_by: str | None = None
+    note: str | None = None
+    decided_arguments: str | None = None
+    requested_at: float = 0.0
+    decided_at: float | None = None
+
+
 class NewThread(msgspec.Struct, frozen=True, kw_only=True):
     """A child thread created by a slice; it sees its parent's history up to ``parent_seq``."""
 
@@ -382,6 +428,8 @@ class CommitPlan(msgspec.Struct, frozen=True, kw_only=True):
     consumed: tuple[int, ...]
     messages: tuple[Message, ...]
     calls: tuple[NewCall, ...] = ()
+    #: calls and questions that wait for a person (counted in ``awaiting``), not in the outbox
+    approvals: tuple[NewApproval, ...] = ()
     threads: tuple[NewThread, ...] = ()
     admissions: tuple[NewInput, ...] = ()
     awaiting: int = 0

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from .agent import Agent
+from .approvals.handle import ApprovalApi
 from .config import Settings
 from .errors import InvalidInput, SchemaError, UsageError
 from .governor.gctune import gc_tuned
@@ -58,7 +59,7 @@ from .urls import redact, remember
 log = logging.getLogger("dormant.runtime")
 
 
-class Runtime:
+class Runtime(ApprovalApi):
     """Hosts agents on a store. Use as ``async with Runtime(url, agents) as rt: ...``.
 
     ``store`` is a URL (see :func:`~dormant.store.open_store`) or an unopened store.
@@ -278,6 +279,7 @@ class Runtime:
         loops.append(asyncio.create_task(self.retainer.run(self._stop), name="dormant-retention"))
         watch = EndpointWatch(self.store, self.agents, self.scheduler.wake.set, self.settings.model_check_s)
         loops.append(asyncio.create_task(watch.run(self._stop), name="dormant-recovery"))
+        loops.append(asyncio.create_task(self.sweep_approvals(self._stop), name="dormant-approvals"))
         try:
             with gc_tuned():
                 await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)

@@ -92,9 +92,11 @@ async def test_a_new_schema_has_every_declared_object(pg_url: str) -> None:
         "state_journal",
         "state_parts",
         "retention_marks",
+        "approvals",
     }
     functions = {name.split("(")[0] for kind, name in got if kind == "function"}
     assert {"dormant_admit", "dormant_commit_slice", "dormant_claim_outbox"} <= functions
+    assert {"dormant_commit_slice_v2", "dormant_decide_approval"} <= functions
     assert raw(pg_url, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
 
 

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dormant.models",),
     ("dormant.tenants",),
     ("dormant.tools",),
+    ("dormant.approvals",),
     ("dormant.journal",),
     ("dormant.memory",),
     ("dormant.view",),

@@ -207,6 +207,20 @@ def _flatten(data: dict[str, object], prefix: str = "") -> list[tuple[str, objec
     return rows
 
 
+@bench_app.command("approvals")
+def approvals(
+    threads: Annotated[int, typer.Option(min=100, envvar="DORMANT_BENCH_THREADS")] = 1000,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/approvals"),
+) -> None:
+    """Waits for a person: RSS with THREADS waits open vs none, the oldest-100 listing,
+    decision -> run latency, the expiry sweep's cost. Writes ``OUT/summary.json``."""
+    import asyncio
+
+    from .approvals import run_approvals_bench
+
+    Console().print_json(json.dumps(asyncio.run(run_approvals_bench(out, threads))))
+
+
 @bench_app.command("plot")
 def plot(
     runs: Annotated[list[Path], typer.Argument(help="output directories of `dormant bench scale`")],

@@ -309,6 +309,7 @@ def status(
         mcp = await mcp_counts(metrics, metrics_token) if metrics else None
         async with opened_store(settings) as st:
             s = await st.status()
+            waits, oldest_wait = await st.open_approvals()
         servers: list[dict[str, object]] = []
         if app_spec is not None or model != SCRIPTED:
             agents = agents_for(app_spec, model, base_url, None, ModelKnobs(context_window=context_window))
@@ -320,6 +321,7 @@ def status(
             data = {"store": redact(settings.store), **msgspec.structs.asdict(s), "model_servers": servers}
             if mcp is not None:
                 data["mcp"] = mcp
+            data["approvals_open"], data["approvals_oldest_requested_at"] = waits, oldest_wait
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
             return
         title = f"dormant status — {redact(settings.store)}"
@@ -339,6 +341,8 @@ def status(
         group("outbox", s.outbox_by_status, ["pending", "running", "done", "dead", "unknown"])
         table.add_row("dead letters", Text(f"{s.dead_letters:,}", style="red" if s.dead_letters else ""))
         table.add_row("messages", f"{s.messages:,}")
+        if waits:  # calls and questions waiting for a person (dormant approvals list)
+            table.add_row("waiting for a person", f"{waits:,}, oldest since {when(oldest_wait or 0)}")
         for label, value in model_rows(s):  # tokens counted by the model servers, threads waiting on one
             table.add_row(label, value)
         for label, value in server_table_rows(servers):  # what the model servers say of themselves
@@ -512,6 +516,10 @@ def _mount_serve() -> None:
     app.add_typer(tenants_app, name="tenants")
     app.command()(gc)
     app.add_typer(mcp_app, name="mcp")
+    from .approvals import answer, approvals_app
+
+    app.add_typer(approvals_app, name="approvals")
+    app.command("answer")(answer)
 
 
 _mount_serve()

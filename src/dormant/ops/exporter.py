@@ -126,6 +126,15 @@ class Exporter:
         self.mcp = counter(
             "mcp", "MCP calls, failures, timeouts and server restarts, per server.", ("server", "event")
         )
+        self.approvals_open = gauge("approvals_open", "Tool calls and questions waiting for a person.")
+        self.approvals_oldest = gauge(
+            "approvals_oldest_open_seconds", "Age of the oldest open wait (0: none)."
+        )
+        self.approvals = counter(
+            "approvals_decided",
+            "Waits this process acted on, by outcome (expired is not denied).",
+            ("outcome",),
+        )
         self.waiting = gauge("threads_waiting_model", "Threads waiting on a model endpoint (outage).")
         self.outbox = gauge("outbox_entries", "Outbox entries by status.", ("status",))
         self.dead = gauge("dead_letters", "Outbox entries dead-lettered.")
@@ -208,6 +217,11 @@ class Exporter:
         self.waiting.set(status.threads_waiting)
         self.db_bytes.set(status.db_bytes)
         self.wal_bytes.set(status.wal_bytes)
+        opened, oldest_wait = await rt.store.open_approvals()
+        self.approvals_open.set(opened)
+        self.approvals_oldest.set(0.0 if oldest_wait is None else max(0.0, rt.clock() - oldest_wait))
+        for outcome, n in rt.stats.approvals.items():
+            self._count(self.approvals, n, outcome)
         oldest = await rt.store.oldest_ready_at()
         self.oldest_ready.set(0.0 if oldest is None else max(0.0, rt.clock() - oldest))
         await self._retention()

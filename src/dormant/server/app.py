@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from ..ops.exporter import Exporter, render
 from ..runtime import Runtime
-from . import problems
+from . import approval_routes, problems
 from .access import AccessLog, HttpMetrics
 from .cors import install_cors
 from .hub import Hub
@@ -168,6 +168,7 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         app.include_router(manage.router)
     if not config.ui_only:
         app.include_router(routes.router)
+        app.include_router(approval_routes.router)
         app.include_router(streams.router)
         app.include_router(stream_auth.router)
         app.include_router(memory_routes.router)

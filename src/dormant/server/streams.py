@@ -13,6 +13,9 @@ Events:
 * ``progress`` (no id): a tool call running in this process reported progress (an MCP
   server's progress notifications, at most one per call every 0.25 s): ``call_id``,
   ``progress``, ``total`` (null when unknown), ``message``; not durable;
+* ``approval_requested``, ``question``, ``approval_decided``, ``approval_expired``: a
+  call or question of the thread that started or stopped waiting for a person (see
+  :mod:`.approval_events`);
 * ``error``: why the server ends the stream (a slow client, a deleted thread).
 
 ``?token=`` (from ``POST /v1/threads/{id}/events/token``, see :mod:`.tokens`) may stand
@@ -37,6 +40,7 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import DormantError, UsageError
+from .approval_events import wait_events
 from .hub import Subscriber
 from .routes import ERRORS
 from .schemas import MessageOut
@@ -67,6 +71,7 @@ async def thread_events(
     page_size = state.config.replay_page
     mark: tuple[str, int, str | None] | None = None
     offset = 0  # characters of live text sent since the last durable message
+    waits: dict[str, str] = {}  # the thread's open waits announced (bounded: one page)
     try:
         while True:
             sub.wake.clear()  # before reading: a change during the reads wakes the next round
@@ -96,6 +101,8 @@ async def thread_events(
                 mark = now
                 data = {"status": thread.status, "awaiting": thread.awaiting, "error": thread.error}
                 yield ServerSentEvent(data=json.dumps(data), event="status", id=str(after))
+            for event in await wait_events(rt, thread_id, tenant, waits, after):
+                yield event
             if state.hub.closing:
                 data = {
                     "code": "shutting_down",
@@ -113,12 +120,12 @@ async def thread_events(
                 data = {"after": after, "discarded": offset}
                 offset = 0
                 yield ServerSentEvent(data=json.dumps(data), event="rollback", id=str(after))
-            for event in sub.take_progress():
+            for step in sub.take_progress():
                 shown: dict[str, object] = {
-                    "call_id": event.call_id,
-                    "progress": event.progress,
-                    "total": event.total,
-                    "message": event.message,
+                    "call_id": step.call_id,
+                    "progress": step.progress,
+                    "total": step.total,
+                    "message": step.message,
                 }
                 yield ServerSentEvent(data=json.dumps(shown), event="progress")
             texts = sub.take()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..errors import ModelError, NotFound, ShuttingDown, UsageError
 from ..records import Message, NewInput, ToolCall
 from ..tokens import DEFAULT_ENCODING, count_text
+from .openai_waits import answer_questions, waits_of_turn
 from .state import ServerState
 
 #: Most messages one turn may add before the exchange gives up (a runaway agent).
@@ -95,8 +96,10 @@ async def exchange(
             start = (await rt.thread(thread_id, tenant=tenant)).last_seq
         except NotFound:
             start = 0
-        call_ids = set()
-        repeated = []  # whether each answer was given before (a retried request)
+        # the next user message answers an open ask_user question (the turn follows its answer)
+        items, answered_now, answered_before = await answer_questions(rt, thread_id, items, tenant=tenant)
+        call_ids = answered_now | answered_before
+        repeated = [False] * len(answered_now) + [True] * len(answered_before)
         for answer in answers:
             given = await rt.post_tool_result(thread_id, answer.call_id, answer.content, tenant=tenant)
             call_ids.add(answer.call_id)
@@ -137,6 +140,12 @@ async def exchange(
                     if last is not None and last.role == "assistant" and not last.tool_calls:
                         reason = "length" if last.cut else "stop"  # cut by the output cap
                         yield _outcome(thread_id, last, reason, (), prompt, turn)
+                        return
+                    waiting = (
+                        await waits_of_turn(rt, thread_id, turn, tenant=tenant) if thread.awaiting else None
+                    )
+                    if waiting is not None:  # a call or question of the turn waits for a person
+                        yield _outcome(thread_id, waiting, "stop", (), prompt, turn)
                         return
                     asked = open_client_calls(turn, client_tools)
                     if asked is not None:

@@ -22,11 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..approvals import ASK_USER, needs_approval, request_for
 from ..models.base import ModelReply, ModelRequest
 from ..records import (
     CommitPlan,
     Input,
     Message,
+    NewApproval,
     NewCall,
     NewInput,
     NewThread,
@@ -37,7 +39,7 @@ from ..records import (
     Usage,
     ViewLimits,
 )
-from ..tools.spec import ToolBox, ToolSpec
+from ..tools.spec import ToolBox, ToolContext, ToolSpec
 from ..view.builder import extend_view
 from ..view.sections import compose
 
@@ -152,6 +154,7 @@ class Turn:
         self._new_summary = summary  # the one this slice writes (compaction), if any
         self._new: list[Message] = []
         self._calls: list[NewCall] = []
+        self._approvals: list[NewApproval] = []
         self._threads: list[NewThread] = []
         self._admissions: list[NewInput] = []
         self._state: list[StateChange] = []
@@ -257,6 +260,11 @@ class Turn:
             except ValueError as exc:
                 errors.append((call, f"error: {exc}"))
                 continue
+            if spec.name == ASK_USER or self._asks(spec, call, args):
+                # waits for a person: an approvals row, not an outbox entry (dormant.approvals)
+                self._approvals.append(request_for(spec, call.id, call.arguments, self.now))
+                self._awaiting += 1
+                continue
             if spec.mode == "async":
                 self._calls.append(
                     NewCall(
@@ -280,6 +288,12 @@ class Turn:
         if not inline:
             self._answer([])
         return inline
+
+    def _asks(self, spec: ToolSpec, call: ToolCall, args: dict[str, Any]) -> bool:
+        if spec.approval is None:
+            return False
+        ctx = ToolContext(thread_id=self.thread.id, call_id=call.id, agent=self.thread.agent, now=self.now)
+        return needs_approval(spec, args, ctx)
 
     def children(self) -> int:
         """Child threads this thread spawned, as far as its view and this slice show."""
@@ -331,6 +345,7 @@ class Turn:
             consumed=self._consumed,
             messages=tuple(self._new),
             calls=tuple(self._calls),
+            approvals=tuple(self._approvals),
             threads=tuple(self._threads),
             admissions=tuple(self._admissions),
             awaiting=self._awaiting,

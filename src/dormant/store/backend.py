@@ -48,7 +48,7 @@ from ..records import (
     Summary,
     Thread,
 )
-from .parts import BlobRows, JournalRows, RetentionRows, TenantRows
+from .parts import ApprovalRows, BlobRows, JournalRows, RetentionRows, TenantRows
 
 if TYPE_CHECKING:
     from ..memory.backend import MemoryBackend
@@ -126,6 +126,11 @@ class Backend(Protocol):
     @property
     def tenants(self) -> TenantRows:
         """Tenants and API keys."""
+        ...
+
+    @property
+    def approvals(self) -> ApprovalRows:
+        """Waits for a person: approvals and questions."""
         ...
 
     # -- lifecycle -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..records import (
     Admission,
     ApiKey,
+    Approval,
     BlobRef,
     Claim,
     CommitPlan,
@@ -228,6 +229,50 @@ class Store(Protocol):
         returns the existing admission with ``duplicate=True``; a call that is not
         in the outbox raises NotFound; an oversized result, InvalidInput.
         """
+        ...
+
+    # -- waits for a person (rules: :class:`~dormant.store.core_approvals.ApprovalRules`)
+
+    async def approvals(
+        self,
+        *,
+        tenant: str | None = None,
+        thread_id: str | None = None,
+        tool: str | None = None,
+        status: str = "open",
+        older_than_s: float = 0.0,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[Approval]:
+        """A page of waits for a person, oldest first (see ApprovalRules.approvals)."""
+        ...
+
+    async def approval(self, thread_id: str, call_id: str, *, tenant: str | None = None) -> Approval:
+        """One wait; NotFound if none."""
+        ...
+
+    async def open_approvals(self, *, tenant: str | None = None) -> tuple[int, float | None]:
+        """Open waits and the oldest's request time."""
+        ...
+
+    async def decide_approval(
+        self,
+        thread_id: str,
+        call_id: str,
+        *,
+        status: str,
+        result: str = "",
+        arguments: str | None = None,
+        key: str | None = None,
+        by: str | None = None,
+        note: str | None = None,
+        tenant: str | None = None,
+    ) -> tuple[bool, Approval]:
+        """Act on an open wait, one transaction (see ApprovalRules.decide_approval)."""
+        ...
+
+    async def expire_approvals(self, limit: int = 500) -> tuple[int, int]:
+        """One expiry round: (expired, escalated)."""
         ...
 
     async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:

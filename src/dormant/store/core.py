@@ -52,6 +52,7 @@ from ..tools.blobs import read_length
 from ..view.cache import ViewCache
 from .backend import Backend
 from .base import clamp_limit, seq_cursor
+from .core_approvals import ApprovalRules
 from .core_retention import RetentionRules
 from .core_tenants import TenantRules
 from .core_waits import MAX_WAIT_REASON as MAX_WAIT_REASON
@@ -169,7 +170,7 @@ def check_plan(plan: CommitPlan) -> None:
         raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
 
 
-class StoreCore(TenantRules, RetentionRules, ModelWaits):
+class StoreCore(TenantRules, RetentionRules, ModelWaits, ApprovalRules):
     """The :class:`~dormant.store.base.Store` over one backend.
 
     ``views`` is the view cache (created from ``view_cache_bytes`` and

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from ..records import ApiKey, BlobRef, JournalEntry, RetentionMark, Tenant, Thread, TierSizes
+from ..records import ApiKey, Approval, BlobRef, JournalEntry, RetentionMark, Tenant, Thread, TierSizes
 
 
 class JournalRows(Protocol):
@@ -216,4 +216,59 @@ class TenantRows(Protocol):
 
     async def live_key(self, key_id: str) -> tuple[bytes, bytes, Tenant] | None:
         """A key that is not revoked: its salt, its digest and its tenant; None otherwise."""
+        ...
+
+
+class ApprovalRows(Protocol):
+    """Waits for a person (:class:`~dormant.records.Approval`); their requests come with
+    ``apply_plan``. The rules (who, what text, idempotency) are the core's."""
+
+    async def approval_rows(
+        self,
+        *,
+        tenant: str | None,
+        thread_id: str | None,
+        tool: str | None,
+        status: str | None,
+        open_only: bool,
+        requested_before: float,
+        after: int,
+        limit: int,
+    ) -> list[Approval]:
+        """Up to ``limit`` waits with id > ``after`` by id (oldest first), of ``tenant``
+        (None: every tenant), ``thread_id``, ``tool`` and ``status`` when given, open
+        ones only when ``open_only``, requested at or before ``requested_before``."""
+        ...
+
+    async def get_approval(self, thread_id: str, call_id: str) -> Approval | None:
+        """The wait of call ``call_id`` of a thread, None if none."""
+        ...
+
+    async def due_approvals(self, now: float, limit: int) -> list[Approval]:
+        """Up to ``limit`` open waits whose deadline (> 0) is at or before ``now``, earliest first."""
+        ...
+
+    async def open_approvals(self, tenant: str | None) -> tuple[int, float | None]:
+        """How many waits are open (of ``tenant``, or all) and when the oldest was requested."""
+        ...
+
+    async def decide_approval(
+        self,
+        thread_id: str,
+        call_id: str,
+        *,
+        status: str,
+        key: str | None,
+        by: str | None,
+        note: str | None,
+        arguments: str | None,
+        role: str | None,
+        deadline: float,
+        result: str,
+    ) -> tuple[bool, Approval] | None:
+        """Act on an open wait in one transaction: ``approved``/``edited`` put the call in
+        the outbox with ``arguments``; ``denied``/``expired``/``answered`` admit ``result``
+        as its tool result (dedup key the call id); ``escalated`` (a ``requested`` wait
+        only) hands it to ``role`` until ``deadline``. Whether this call acted, and the row
+        as it stands; None when there is no such wait."""
         ...

@@ -55,7 +55,16 @@ THREAD_WIDTH = THREAD_COLS.count(",") + 1
 MAX_ROW_STATE_BYTES = 64 * 1024
 _STATE_ROW = msgspec.json.Decoder(dict[str, str])
 #: Tables whose rows belong to a thread (``thread_id``), deleted with it.
-THREAD_TABLES = ("messages", "inputs", "input_keys", "outbox", "summaries", "state_journal", "state_parts")
+THREAD_TABLES = (
+    "messages",
+    "inputs",
+    "input_keys",
+    "outbox",
+    "approvals",
+    "summaries",
+    "state_journal",
+    "state_parts",
+)
 
 PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
 TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])

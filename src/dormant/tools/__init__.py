@@ -10,6 +10,6 @@ May import: the package root's vocabulary only (``errors``, ``records``, ``inbox
 ``text``). The store and the slices import tools, never the other way round.
 """
 
-from .spec import ToolContext, ToolSpec, tool
+from .spec import ApprovalPolicy, ToolContext, ToolSpec, tool
 
-__all__ = ["ToolContext", "ToolSpec", "tool"]
+__all__ = ["ApprovalPolicy", "ToolContext", "ToolSpec", "tool"]

@@ -157,6 +157,16 @@ async def read_blob(ref: str, ctx: ToolContext, offset: int = 0, length: int = 8
     return f"{text}\n[bytes {start}-{end} of {blob.size}; {more}]"
 
 
+def ask_user(question: str, choices: list[str] | None = None) -> str:
+    """Ask the person you serve a question and wait for their answer: one of
+    ``choices`` when you give some, else free text. Use it when only they can decide."""
+    # never run: a slice commits an ask_user call as a wait for the answer (dormant.approvals)
+    return "error: ask_user is answered by a person, not run"
+
+
+#: The question tool (opt in: ``Agent(tools=[ASK_USER_TOOL, ...])``).
+ASK_USER_TOOL = make_tool(ask_user)
+
 BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
     make_tool(spawn_thread),
     make_tool(report_to_parent),

@@ -15,6 +15,7 @@ the blob threshold is stored as a blob and the model sees an excerpt of it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import os
@@ -116,6 +117,34 @@ class ToolContext:
 
 
 ToolFn = Callable[..., Any]
+#: Whether a call needs a person's approval: always, never, or a policy of its arguments.
+ApprovalRule = bool | Callable[[dict[str, Any], ToolContext], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalPolicy:
+    """When a tool's calls wait for a person, and for how long.
+
+    ``needs``: True, or ``callable(args, ctx) -> bool`` (a policy that raises counts as
+    True: a broken rule asks). ``deadline_s``: seconds until an undecided call expires
+    (None: it waits until someone acts). ``role``: the deciders' role (None: anyone of the
+    thread's tenant). ``escalate_to``: at the deadline, hand the call to that role for
+    ``escalate_s`` more seconds (default ``deadline_s``) instead of expiring it.
+    """
+
+    needs: ApprovalRule = True
+    deadline_s: float | None = None
+    role: str | None = None
+    escalate_to: str | None = None
+    escalate_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("deadline_s", "escalate_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise UsageError(f"approval {name} must be positive seconds or None, not {value!r}")
+        if self.escalate_to is not None and self.deadline_s is None:
+            raise UsageError("an approval that escalates needs a deadline_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +160,8 @@ class ToolSpec:
     timeout: float = 30.0
     context_param: str | None = None
     validator: type[pydantic.BaseModel] | None = None
+    #: None: the tool runs without asking anyone
+    approval: ApprovalPolicy | None = None
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema of the tool."""
@@ -233,6 +264,8 @@ def tool(
     mode: ToolMode = "inline",
     idempotent: bool = False,
     timeout: float = 30.0,
+    needs_approval: ApprovalRule = False,
+    approval: ApprovalPolicy | None = None,
 ) -> ToolSpec: ...
 
 
@@ -245,6 +278,8 @@ def tool(
     mode: ToolMode = "inline",
     idempotent: bool = False,
     timeout: float = 30.0,
+    needs_approval: ApprovalRule = False,
+    approval: ApprovalPolicy | None = None,
 ) -> Callable[[ToolFn], ToolSpec]: ...
 
 
@@ -256,6 +291,8 @@ def tool(
     mode: ToolMode = "inline",
     idempotent: bool = False,
     timeout: float = 30.0,
+    needs_approval: ApprovalRule = False,
+    approval: ApprovalPolicy | None = None,
 ) -> ToolSpec | Callable[[ToolFn], ToolSpec]:
     """Declare a tool from a typed function. Usable bare (``@tool``) or with options.
 
@@ -269,6 +306,10 @@ def tool(
     ``Settings.blob_threshold_bytes`` (16 KiB) is streamed into the store as a blob and
     the model sees a head/tail excerpt it can page through with ``read_blob``. The
     tool's timeout covers reading its stream.
+
+    ``needs_approval`` (True, or a policy ``callable(args, ctx) -> bool``) makes a call
+    wait for a person's decision before it runs (see ``docs/approvals.md``); ``approval``
+    sets its deadline, decider role and escalation.
     """
 
     def wrap(f: ToolFn) -> ToolSpec:
@@ -279,6 +320,8 @@ def tool(
             mode=mode,
             idempotent=idempotent,
             timeout=timeout,
+            needs_approval=needs_approval,
+            approval=approval,
         )
 
     return wrap(fn) if fn is not None else wrap
@@ -292,12 +335,20 @@ def make_tool(
     mode: ToolMode = "inline",
     idempotent: bool = False,
     timeout: float = 30.0,
+    needs_approval: ApprovalRule = False,
+    approval: ApprovalPolicy | None = None,
 ) -> ToolSpec:
     """The non-decorator form of :func:`tool`."""
     if mode not in ("inline", "async"):
         raise UsageError(f"tool mode must be 'inline' or 'async', not {mode!r}")
     if timeout <= 0:
         raise UsageError("tool timeout must be positive")
+    if not (isinstance(needs_approval, bool) or callable(needs_approval)):
+        raise UsageError("needs_approval is True, False or a callable(args, ctx) -> bool")
+    if needs_approval is not False and approval is None:
+        approval = ApprovalPolicy(needs=needs_approval)
+    elif approval is not None and needs_approval is not False:
+        approval = dataclasses.replace(approval, needs=needs_approval)
     tool_name = name or f.__name__
     hints = get_type_hints(f)
     fields: dict[str, Any] = {}
@@ -326,6 +377,7 @@ def make_tool(
         timeout=timeout,
         context_param=context_param,
         validator=validator,
+        approval=approval,
     )
 
 

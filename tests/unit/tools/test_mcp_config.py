@@ -119,3 +119,26 @@ def test_an_mcp_json_beside_the_app_module_gives_its_agents_the_servers(
     with pytest.raises(UsageError, match=r"mcp\.json: MCP server .x. needs exactly one"):
         load_app("myapp_mcp:agents")
     sys.modules.pop("myapp_mcp", None)
+
+
+def test_mcp_tools_can_be_marked_as_needing_approval() -> None:
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from mcp import types
+
+    from dormant.tools.mcp.hub import tool_specs
+
+    (server,) = servers_from_json(
+        {"mcpServers": {"shop": {"command": "x", "approvalTools": ["refund"], "approvalSeconds": 60}}}
+    )
+    assert server.needs_approval_of("refund") and not server.needs_approval_of("lookup")
+    listed = [types.Tool(name=n, input_schema={"type": "object"}) for n in ("refund", "lookup")]
+    specs = {s.name: s for s in tool_specs(cast(Any, SimpleNamespace(config=server)), listed)}
+    refund = specs["shop__refund"].approval
+    assert refund is not None and refund.deadline_s == 60
+    assert specs["shop__lookup"].approval is None
+    (every,) = servers_from_json({"mcpServers": {"s": {"command": "x", "needsApproval": True}}})
+    assert every.needs_approval_of("anything") and every.approval_s is None
+    with pytest.raises(UsageError, match="needsApproval"):
+        servers_from_json({"mcpServers": {"s": {"command": "x", "needsApproval": "yes"}}})

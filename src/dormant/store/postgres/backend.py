@@ -32,6 +32,7 @@ from ..backend import BackendDefaults
 from ..core import result_input
 from ..rows import row_entry, row_thread, state_row
 from . import sql
+from .approvals import PgApprovals
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
 from .heartbeat import DbClock, Heartbeat
@@ -116,6 +117,7 @@ class PostgresBackend(BackendDefaults):
         self.journal = PgJournal(self.reads, self._write, self.clock)
         self.retention = PgRetention(self.reads, self._reads, self._write, self.clock, lock_timeout_s)
         self.tenants = PgTenants(self.reads, self._write)
+        self.approvals = PgApprovals(self.reads, self._write, self.clock)
         self._instance = secrets.token_hex(8)  # NOTIFY payload: our own hints are ignored
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._writer: Writer | None = None  # None while closed

@@ -48,6 +48,7 @@ from .. import fairness
 from ..backend import BackendDefaults
 from ..rows import row_entry, row_message, row_thread, state_row
 from . import jobs, journal_sql, outbox, sql
+from .approvals import SQLiteApprovals
 from .blobs import SQLiteBlobs
 from .connect import MEMORY_SCHEME, connect, file_size, memory_name, migrate_schema, path_from_url, translate
 from .journal import SQLiteJournal
@@ -123,6 +124,7 @@ class SQLiteBackend(BackendDefaults):
         self.journal = SQLiteJournal(self._write, self._query, clock)
         self.retention = SQLiteRetention(self._write, self._query, clock)
         self.tenants = SQLiteTenants(self._write, self._query, clock)
+        self.approvals = SQLiteApprovals(self._write, self._query, clock)
         # the lock files that prove workers of this file alive (files only)
         self._locks = WorkerLocks(self._path) if self._path is not None else None
         self._next_recovery = 0.0

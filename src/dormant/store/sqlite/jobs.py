@@ -18,7 +18,7 @@ from ... import inbox
 from ...errors import IdempotencyMismatch, InvalidInput, LeaseLost, NotFound, StoreError
 from ...records import Admission, Claim, CommitPlan, NewInput, Thread, Usage
 from ..rows import row_thread
-from . import journal_sql, sql
+from . import approvals_sql, journal_sql, sql
 
 Conn = Any
 _NO_USAGE = (None, None, None)
@@ -191,6 +191,17 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
                     "external" if c.external else "pending",
                 )
                 for c in plan.calls
+            ],
+        )
+    if plan.approvals:
+        conn.executemany(
+            approvals_sql.INSERT,
+            [
+                (
+                    *(plan.thread_id, a.call_id, a.kind, a.tool, a.arguments, int(a.idempotent)),
+                    *(a.role, a.deadline, a.escalate_role, a.escalate_s, now),
+                )
+                for a in plan.approvals
             ],
         )
     if plan.state:

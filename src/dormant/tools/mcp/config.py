@@ -49,6 +49,9 @@ _KEYS = {
     "maxToolsBytes",
     "maxMessageBytes",
     "disabled",
+    "needsApproval",
+    "approvalTools",
+    "approvalSeconds",
 }
 
 
@@ -64,6 +67,11 @@ class McpServer:
     ``idempotent_tools`` some of them; otherwise a tool is idempotent only when the
     server annotates it ``idempotentHint``. A call to any other tool that was running
     when its worker died is answered "outcome unknown", never run again.
+
+    ``needs_approval`` makes every call of the server's tools wait for a person's
+    decision before it runs, ``approval_tools`` those of some of them (the server's own
+    tool names); ``approval_s`` is such a wait's deadline (None: open until acted on). See
+    ``docs/approvals.md``.
 
     The tool listing is refreshed every ``refresh_s`` and when the server says its list
     changed; at most ``max_tools`` tools and ``max_tools_bytes`` bytes of it are kept.
@@ -83,6 +91,9 @@ class McpServer:
     start_timeout: float = 30.0
     idempotent: bool = False
     idempotent_tools: frozenset[str] = frozenset()
+    needs_approval: bool = False
+    approval_tools: frozenset[str] = frozenset()
+    approval_s: float | None = None
     refresh_s: float = 300.0
     max_tools: int = DEFAULT_MAX_TOOLS
     max_tools_bytes: int = DEFAULT_MAX_TOOLS_BYTES
@@ -111,6 +122,9 @@ class McpServer:
         object.__setattr__(self, "headers", dict(self.headers))
         object.__setattr__(self, "tool_timeouts", dict(self.tool_timeouts))
         object.__setattr__(self, "idempotent_tools", frozenset(self.idempotent_tools))
+        object.__setattr__(self, "approval_tools", frozenset(self.approval_tools))
+        if self.approval_s is not None and not (math.isfinite(self.approval_s) and self.approval_s > 0):
+            raise UsageError(f"MCP server {self.name!r}: approval_s must be a positive number of seconds")
         for key, value in (*self.env.items(), *self.headers.items()):
             if not isinstance(key, str) or not isinstance(value, str):
                 raise UsageError(f"MCP server {self.name!r}: 'env' and 'headers' map names to strings")
@@ -148,6 +162,10 @@ class McpServer:
         annotated ``idempotentHint`` by the server."""
         return self.idempotent or tool in self.idempotent_tools or bool(hint)
 
+    def needs_approval_of(self, tool: str) -> bool:
+        """Whether a call of ``tool`` (the server's name) waits for a person's approval."""
+        return self.needs_approval or tool in self.approval_tools
+
     def where(self) -> str:
         """Where the server is, for messages: the command's name or the URL without its
         query and credentials (never ``env`` nor ``headers``)."""
@@ -165,7 +183,8 @@ def servers_from_json(data: object, *, source: str = "mcp.json", base: Path | No
 
     Each entry has ``command``/``args``/``env``/``cwd`` or ``url``/``headers``, and may
     add dormant's keys: ``timeout``, ``toolTimeouts``, ``maxCallSeconds``, ``startTimeout``,
-    ``idempotent``, ``idempotentTools``, ``refreshSeconds``, ``maxTools``, ``maxToolsBytes``,
+    ``idempotent``, ``idempotentTools``, ``needsApproval``, ``approvalTools``,
+    ``approvalSeconds``, ``refreshSeconds``, ``maxTools``, ``maxToolsBytes``,
     ``maxMessageBytes``; ``"disabled": true`` skips it. A relative ``cwd`` is taken from
     ``base``. Raises :class:`UsageError` naming the entry and key that is wrong.
     """
@@ -203,6 +222,9 @@ def servers_from_json(data: object, *, source: str = "mcp.json", base: Path | No
                     start_timeout=_num(entry, "startTimeout", 30.0, where),
                     idempotent=bool(_opt(entry, "idempotent", bool, where) or False),
                     idempotent_tools=frozenset(_list(entry, "idempotentTools", where)),
+                    needs_approval=bool(_opt(entry, "needsApproval", bool, where) or False),
+                    approval_tools=frozenset(_list(entry, "approvalTools", where)),
+                    approval_s=_num(entry, "approvalSeconds", 0.0, where) or None,
                     refresh_s=_num(entry, "refreshSeconds", 300.0, where),
                     max_tools=int(_num(entry, "maxTools", DEFAULT_MAX_TOOLS, where)),
                     max_tools_bytes=int(_num(entry, "maxToolsBytes", DEFAULT_MAX_TOOLS_BYTES, where)),

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ToolError
 from ..blobs import BlobWriter
-from ..spec import ToolBox, ToolContext, ToolProgress, ToolSpec
+from ..spec import ApprovalPolicy, ToolBox, ToolContext, ToolProgress, ToolSpec
 from .config import McpServer, check_unique
 from .naming import model_names
 
@@ -182,6 +182,9 @@ def tool_specs(link: ServerLink, listed: Sequence[types.Tool]) -> list[ToolSpec]
                 # the link's own bounds end a call first; this is the dispatcher's backstop
                 timeout=config.max_call_s + config.start_timeout + 5.0,
                 context_param=_CTX,
+                approval=ApprovalPolicy(deadline_s=config.approval_s)
+                if config.needs_approval_of(item.name)
+                else None,
             )
         )
     return specs
