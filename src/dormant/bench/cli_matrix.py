@@ -145,3 +145,89 @@ def matrix(
         console.print(f"wrote {path}")
     if any(str(r.get("status", "")).startswith("failed") for r in rows):
         raise typer.Exit(1)
+
+
+#: the figures of the peers table: (key, label, higher is better)
+PEER_FIGURES = (
+    ("turns_per_s", "turns/s", True),
+    ("rss_end_bytes", "RSS at the end (MiB)", False),
+    ("rss_slope_kib_per_agent", "RSS slope (KiB/agent)", False),
+    ("disk_bytes_per_agent", "disk per agent (bytes)", False),
+    ("turn_last_over_first", "turn N / turn 1 latency", False),
+)
+
+
+def peers(
+    agents: Annotated[int, typer.Option(min=1, help="agents (agent_scale)")] = 1_000,
+    turns: Annotated[int, typer.Option(min=1, max=1_000, help="turns per agent")] = 20,
+    wave: Annotated[int, typer.Option(min=1, help="agents per wave")] = 500,
+    check: Annotated[int, typer.Option(min=1, help="threads read back and compared, per system")] = 1_000,
+    system: Annotated[list[str] | None, typer.Option(help="systems to run (repeat; default all six)")] = None,
+    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/peers"),
+) -> None:
+    """agent_scale on LangGraph (SqliteSaver, PostgresSaver, InMemorySaver) and on dormant
+    (SQLite, PostgreSQL, memory://), one after another; one table, ratios to the peer."""
+    from .peers import OURS, PAIRS, PEERS, missing_peer_packages
+    from .stats import ratio
+
+    systems = system or [*PEERS, *OURS]
+    unknown = [s for s in systems if s not in PEERS + OURS]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown {unknown[0]!r}: one of {', '.join(PEERS + OURS)}", param_hint="--system"
+        )
+    missing = missing_peer_packages()
+    if missing and any(s in PEERS for s in systems):
+        console.print(f"[red]error:[/] {', '.join(missing)} not installed: run pip install 'dormant[peers]'")
+        raise typer.Exit(2)
+    results: dict[str, dict[str, Any]] = {}
+    failed = []
+    with Progress(
+        TextColumn("[bold]{task.description}[/]"), BarColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        task = progress.add_task("peers", total=len(systems))
+        for n, name in enumerate(systems):
+            progress.update(task, description=name, completed=n)
+            payload = {"system": name, "agents": agents, "turns": turns, "wave": wave, "check": check}
+            cmd = [
+                sys.executable,
+                "-m",
+                "dormant.bench.peers",
+                json.dumps({**payload, "out": str(out / name)}),
+            ]
+            code = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False).returncode
+            path = out / name / "peer.json"
+            if path.exists():
+                results[name] = json.loads(path.read_text())
+            if code != 0:
+                failed.append(name)
+        progress.update(task, completed=len(systems))
+    rows = []
+    for name, r in results.items():
+        peer = results.get(PAIRS.get(name, ""))
+        row: dict[str, Any] = dict(r)
+        for key, _, higher in PEER_FIGURES:
+            if peer is not None and r.get(key) is not None and peer.get(key) is not None:
+                x = ratio(float(r[key]), float(peer[key]), higher_is_better=higher)
+                row[f"{key}_x_peer"] = None if x is None else round(x, 2)
+        rows.append(row)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "peers.json").write_text(json.dumps(rows, indent=2) + "\n")
+    table = Table(title=f"agent_scale {agents} x {turns}: dormant against LangGraph (x peer: times better)")
+    table.add_column("figure")
+    for r in rows:
+        table.add_column(str(r["system"]), justify="right")
+    for key, label, _ in PEER_FIGURES:
+        cells = []
+        for r in rows:
+            value = r.get(key)
+            shown = f"{value / 2**20:.1f}" if key == "rss_end_bytes" and value is not None else str(value)
+            x = r.get(f"{key}_x_peer")
+            cells.append(shown + (f" ({x}x)" if x is not None else ""))
+        table.add_row(label, *cells)
+    table.add_row("work verified", *(f"{r['verified']} ({r['threads_checked']} threads)" for r in rows))
+    console.print(table)
+    console.print(f"wrote {out / 'peers.json'}")
+    if failed:
+        console.print(f"[red]error:[/] {', '.join(failed)} failed or did not do the work")
+        raise typer.Exit(1)
