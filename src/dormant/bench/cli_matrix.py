@@ -138,7 +138,7 @@ def matrix(
             str(r.get("slice_p50_ms", "")),
             str(r.get("slice_p99_ms", "")),
             str(r.get("view_cache_hit_ratio", "")),
-            f"{r.get('formula_ratio', '')} {'holds' if r.get('formula_holds') else 'off'}" if ok else "",
+            f"{r.get('formula_ratio', '')}{'' if r.get('formula_holds') else ' off'}" if ok else "",
         )
     console.print(table)
     for path in paths:

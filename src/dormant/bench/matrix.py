@@ -55,6 +55,7 @@ COLUMNS = (
     "queue_bytes_max",
     "view_cache_bytes",
     "view_cache_hit_ratio",
+    "view_spill_hits",
     "history_reads_per_slice",
     "history_bytes_per_slice",
     "slice_p50_ms",

@@ -287,6 +287,8 @@ async def run_cell(
             "view_cache_bytes": c1.bytes,
             "view_cache_budget": c1.max_bytes or DEFAULT_VIEW_CACHE_BYTES,
             "view_cache_hit_ratio": round(hits / (hits + misses), 4) if hits + misses else 0.0,
+            # misses the spill file served (counted in the misses): no history read
+            "view_spill_hits": c1.spill_hits - c0.spill_hits,
             "history_reads_per_slice": round((rt.store.view_reads.reads - reads0) / slices, 3)
             if slices
             else 0,
