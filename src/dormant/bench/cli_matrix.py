@@ -114,17 +114,8 @@ def matrix(
     }
     paths = write_report(rows, out, meta)
     table = Table(title=f"bench matrix ({meta['preset']}, {meta['elapsed_s']} s)")
-    for col in (
-        "cell",
-        "status",
-        "RSS MiB",
-        "embedder MiB",
-        "slope KiB/s",
-        "p50 ms",
-        "p99 ms",
-        "hit",
-        "formula",
-    ):
+    table.add_column("cell", no_wrap=True)
+    for col in ("status", "RSS MiB", "embedder", "KiB/session", "p50 ms", "p99 ms", "hit", "formula"):
         table.add_column(col, justify="right")
     for r in rows:
         ok = r.get("status") == "ok"
