@@ -151,7 +151,7 @@ PEER_FIGURES = (
 def peers(
     agents: Annotated[int, typer.Option(min=1, help="agents (agent_scale)")] = 1_000,
     turns: Annotated[int, typer.Option(min=1, max=1_000, help="turns per agent")] = 20,
-    wave: Annotated[int, typer.Option(min=1, help="agents per wave")] = 500,
+    wave: Annotated[int, typer.Option(min=1, help="agents per wave (RSS is sampled after each)")] = 100,
     check: Annotated[int, typer.Option(min=1, help="threads read back and compared, per system")] = 1_000,
     system: Annotated[list[str] | None, typer.Option(help="systems to run (repeat; default all six)")] = None,
     out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/peers"),
