@@ -18,8 +18,9 @@ the Python heap (``sys.getallocatedblocks``, cheap) after each round.
 
 Message mixes: ``text`` (the agent_scale texts), ``blobs`` (the tool returns
 :data:`BLOB_BYTES` of log text, stored as a blob), ``memory`` (the agent has a
-subject, each thread bound to one at its first turn; the default MiniLM embedder is
-loaded first and its RSS reported apart). ``images`` is not run here yet.
+subject; each thread is bound to one of its own by a first ``hello`` turn sent with an
+identity, before its history turns; the default MiniLM embedder is loaded first and
+its RSS reported apart). ``images`` is not run here yet.
 
 ``python -m dormant.bench.matrix_cell '<json>'`` prints ``progress N TOTAL`` lines and
 ``result PATH``.
