@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from dormant.cli.main import app
@@ -49,3 +50,13 @@ def test_peers_tiny(tmp_path: Path, pg: PgServer) -> None:
     want = ours["turns_per_s"] / rows["langgraph-sqlite"]["turns_per_s"]
     assert abs(ours["turns_per_s_x_peer"] - want) < 0.01 + want * 0.01
     assert "verified" in result.output and "True" in result.output
+
+
+def test_peers_refuses_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "p"
+    result = CliRunner().invoke(app, ["bench", "peers", "--system", "crewai", "--out", str(out)])
+    assert result.exit_code == 2 and "unknown 'crewai'" in result.output
+    monkeypatch.setattr("dormant.bench.peers.missing_peer_packages", lambda: ["langgraph"])
+    result = CliRunner().invoke(app, ["bench", "peers", "--out", str(out)])
+    assert result.exit_code == 2 and "dormant[peers]" in result.output
+    assert not out.exists()

@@ -169,7 +169,9 @@ def peers(
         )
     missing = missing_peer_packages()
     if missing and any(s in PEERS for s in systems):
-        console.print(f"[red]error:[/] {', '.join(missing)} not installed: run pip install 'dormant[peers]'")
+        console.print(
+            f"[red]error:[/] {escape(', '.join(missing))} not installed: run pip install 'dormant\\[peers]'"
+        )
         raise typer.Exit(2)
     results: dict[str, dict[str, Any]] = {}
     failed = []
