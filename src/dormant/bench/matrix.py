@@ -185,7 +185,9 @@ def chart_png(rows: list[dict[str, Any]]) -> bytes:
         if axis in ("sessions", "active_pct"):
             series: dict[str, list[tuple[float, float]]] = {}
             for r in ok:
-                key = " ".join(f"{a}={r[a]}" for a in AXES if a not in (axis, "sessions", "active_pct"))
+                key = " ".join(
+                    f"{a}={r[a]:g}" if isinstance(r[a], float) else f"{a}={r[a]}" for a in AXES if a != axis
+                )
                 series.setdefault(key, []).append((float(r[axis]), _mib(r["rss_end_bytes"])))
             for key, pts in series.items():
                 pts.sort()
