@@ -15,12 +15,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .cli_matrix import matrix, peers
 from .cli_server import register as _register_server
 from .extra import bench_extra_message
 from .scale import DEFAULT_VIEW_CACHE_BYTES, load_summary
 
 bench_app = typer.Typer(help="Benchmarks that print figures and write CSV/JSON/PNG.", no_args_is_help=True)
 console = Console()
+bench_app.command("matrix")(matrix)
+bench_app.command("peers")(peers)
 
 STORES = ("sqlite", "memory", "postgres")
 SHOWN = (

@@ -22,7 +22,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,8 +211,11 @@ async def run_scale(
     view_bytes: int = 256 * 1024,
     view_tokens: int = 0,
     view_cache_bytes: int = DEFAULT_VIEW_CACHE_BYTES,
+    before_close: Callable[[Runtime], Awaitable[None]] | None = None,
 ) -> ScaleResult:
-    """Run the workload on one store; write ``out/waves.csv`` and ``out/summary.json``."""
+    """Run the workload on one store; write ``out/waves.csv`` and ``out/summary.json``.
+    ``before_close`` runs on the open runtime after the last wave (the figures are
+    taken first), e.g. to read the threads back."""
     out.mkdir(parents=True, exist_ok=True)
     workdir = out / "data"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -259,6 +262,8 @@ async def run_scale(
         stats = rt.stats
         commits = rt.store.commits
         limits = next(iter(rt.limits.values()))
+        if before_close is not None:
+            await before_close(rt)
     db = db_bytes(kind, url, workdir)  # a PostgreSQL run's schema is dropped only at exit
     lat = stats.slice_latency
     result = ScaleResult(

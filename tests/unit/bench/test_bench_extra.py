@@ -29,8 +29,16 @@ def test_matplotlib_is_in_the_bench_extra_and_not_a_plain_dependency() -> None:
 
 
 def test_the_makefile_installs_the_bench_extra() -> None:
-    assert "-e '.[bench,dev]'" in (ROOT / "Makefile").read_text()
-    assert any(line.startswith("matplotlib==") for line in (ROOT / "requirements.lock").read_text().split())
+    assert "-e '.[bench,dev,peers]'" in (ROOT / "Makefile").read_text()
+    locked = (ROOT / "requirements.lock").read_text().split()
+    assert any(line.startswith("matplotlib==") for line in locked)
+    # the peers extra's pins are the lock's: the dev environment runs `bench peers`
+    for pin in (
+        "langgraph==1.2.22",
+        "langgraph-checkpoint-sqlite==3.1.2",
+        "langgraph-checkpoint-postgres==3.2.0",
+    ):
+        assert pin in locked and f'"{pin}"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_the_cli_imports_no_matplotlib_until_a_benchmark_runs() -> None:
