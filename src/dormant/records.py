@@ -72,6 +72,25 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
+class Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A non-text content part of a message: a reference to its stored bytes and their facts.
+
+    ``ref`` is the blob (``sha256:<hex>``) holding the bytes, stored once however often
+    they are sent; ``media_type`` was sniffed from the bytes, never taken from the client.
+    ``text`` is what a model that cannot see the part is shown (alt text, a caption, a
+    PDF's extracted text), None when there is none. See :mod:`dormant.parts`.
+    """
+
+    kind: Literal["image", "file"]
+    ref: str
+    media_type: str
+    size: int
+    width: int = 0
+    height: int = 0
+    name: str | None = None
+    text: str | None = None
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     """One entry of a thread's history, numbered by ``seq`` (1, 2, ...) within the thread.
 
@@ -100,6 +119,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: str | None = None
     #: an assistant message: the tokens the server counted for the call(s) that wrote it
     usage: Usage | None = None
+    #: the message's images and files, in order, after its text (references, never bytes)
+    parts: tuple[Part, ...] = ()
 
     @property
     def cut(self) -> bool:
@@ -130,6 +151,8 @@ class NewInput(msgspec.Struct, frozen=True, kw_only=True):
     #: admitted (not a duplicate) they become its thread's :attr:`Thread.client_tools`,
     #: ``"[]"`` clearing them; None leaves the thread's as they are
     tools: str | None = None
+    #: its images and files, already stored as blobs (:func:`dormant.parts.store_parts`)
+    parts: tuple[Part, ...] = ()
 
 
 #: Longest :attr:`NewInput.fingerprint` (a hash in hex, with a short scheme prefix).
@@ -153,6 +176,8 @@ class Input(msgspec.Struct, frozen=True, kw_only=True):
     tool_name: str | None = None
     is_error: bool = False
     source: str | None = None
+    #: its images and files (references to stored blobs), in order after its text
+    parts: tuple[Part, ...] = ()
 
 
 class Admission(msgspec.Struct, frozen=True, kw_only=True):

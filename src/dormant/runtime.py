@@ -6,10 +6,9 @@ the failure policy — is :class:`~dormant.slices.runner.SliceRunner`'s; claimin
 :class:`~dormant.slices.scheduler.Scheduler`'s, async tool calls the
 :class:`~dormant.slices.dispatcher.Dispatcher`'s.
 
-A store that cannot take a commit for now (locked by another process, full,
-overloaded) pauses claiming; work resumes by itself once the store recovers. A
-damaged database stops the runtime: :meth:`Runtime.run` raises
-:class:`~dormant.errors.SchemaError` saying what to do.
+A store that cannot take a commit for now (locked, full, overloaded) pauses claiming;
+work resumes once the store recovers. A damaged database stops the runtime:
+:meth:`Runtime.run` raises :class:`~dormant.errors.SchemaError` saying what to do.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from .memory.embedder import Embedder, MiniLMEmbedder
 from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
+from .parts import Limits, PartInput, Text, store_parts
 from .records import Admission, Claim, JournalEntry, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .retention.loop import RetentionLoop
 from .retention.policy import RetentionPolicy
@@ -78,6 +78,7 @@ class Runtime:
         if not agents:
             raise UsageError("a runtime needs at least one agent")
         self.settings = settings or Settings.from_env()
+        self._limits = Limits.of(self.settings)  # content parts (dormant.parts)
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
@@ -344,7 +345,7 @@ class Runtime:
     async def send(
         self,
         thread_id: str,
-        text: str,
+        text: str = "",
         *,
         dedup_key: str | None = None,
         agent: str | None = None,
@@ -352,15 +353,13 @@ class Runtime:
         not_before: float = 0.0,
         identity: Mapping[str, str] | None = None,
         key: str | None = None,
+        parts: Sequence[PartInput] = (),
     ) -> Admission:
-        """Admit user text to ``thread_id`` (created with ``agent`` if new).
-
-        Returns once the input is durable. Pass ``dedup_key`` to make the send
-        idempotent: the same ``(thread_id, dedup_key)`` is admitted once, whatever the
-        retries (``key`` is its earlier name, still accepted; UsageError if both differ).
-        ``identity`` (parts such as ``{"phone": ..., "device": ...}``) names the sender:
-        its binding key (:meth:`Memory.bind`) becomes the input's source, and the
-        thread's subject from the slice that takes it.
+        """Admit user text and ``parts`` (Text, Image, File: :mod:`dormant.parts`) to
+        ``thread_id`` (created with ``agent`` if new); returns once durable. The same
+        ``(thread_id, dedup_key)`` is admitted once (``key``: its earlier name; UsageError
+        if both differ). ``identity`` (``{"phone": ..., "device": ...}``) names the sender:
+        its binding key (:meth:`Memory.bind`) is the input's source and the thread's subject.
         """
         if key is not None and dedup_key is not None and key != dedup_key:
             raise UsageError("send takes dedup_key or its earlier name key, not two different keys")
@@ -369,6 +368,8 @@ class Runtime:
         if name not in self.agents:
             raise UsageError(f"unknown agent {name!r}")
         source = await self._bind(thread_id, identity) if identity else None
+        if parts:  # all checked before a blob is stored, the blobs before the input
+            text, stored = await store_parts(self.store, thread_id, [Text(text), *parts], self._limits, name)
         item = NewInput(
             thread_id=thread_id,
             kind="user",
@@ -378,6 +379,7 @@ class Runtime:
             not_before=not_before,
             agent=name,
             source=source,
+            parts=stored if parts else (),
         )
         (admission,) = await self.admit([item])
         return admission

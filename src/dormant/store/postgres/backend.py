@@ -330,6 +330,8 @@ class PostgresBackend(BackendDefaults):
 
     async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
         """Insert inputs in one transaction (``dormant_admit``)."""
+        if any(item.parts for item in items):
+            raise UsageError("images and files in inputs need the SQLite store in this version")
         now = self.clock()
         keys = [inbox.sort_key(item, now) for item in items]
 

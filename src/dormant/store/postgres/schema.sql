@@ -85,7 +85,8 @@ CREATE TABLE inputs (
     call_id     text,
     tool_name   text,
     is_error    boolean NOT NULL DEFAULT false,
-    source      text
+    source      text,
+    parts       text  -- images and files: JSON references to blobs and their facts
 ) WITH (autovacuum_vacuum_scale_factor = 0.01);
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
@@ -123,6 +124,8 @@ CREATE TABLE messages (
     usage_prompt     integer,
     usage_completion integer,
     usage_cached     integer,
+    -- images and files: JSON references to blobs and their facts; NULL: none
+    parts            text,
     PRIMARY KEY (thread_id, seq)
 );
 

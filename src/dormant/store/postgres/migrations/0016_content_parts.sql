@@ -1,0 +1,5 @@
+-- schema 15 -> 16: content parts. An input and a message keep their images and files as
+-- JSON references to content-addressed blobs plus their facts (media type, size, width,
+-- height, name, text); NULL: none. The bytes are blobs (blobs, blob_chunks, blob_refs).
+ALTER TABLE inputs ADD COLUMN parts text;
+ALTER TABLE messages ADD COLUMN parts text;
