@@ -36,7 +36,8 @@ class Image:
 @dataclass(frozen=True, slots=True)
 class File:
     """A file: PDF (its text extracted, pages bounded), plain text, CSV, JSON, or any
-    other bytes as an opaque file. ``text`` overrides the extracted text."""
+    other bytes as an opaque file. ``text`` overrides the extracted text. Bytes that
+    are an image (sniffed) are checked and stored as an image part."""
 
     source: Source
     name: str | None = None

@@ -66,6 +66,7 @@ def sniff(data: bytes) -> str:
 def check_image(data: bytes, limits: Limits) -> Checked:
     """``data`` as a validated image, downscaled to ``limits.image_max_side``."""
     from PIL import Image as PILImage  # imported on first use: most processes never decode one
+    from PIL import UnidentifiedImageError
 
     media = sniff(data)
     if not media.startswith("image/"):
@@ -84,8 +85,10 @@ def check_image(data: bytes, limits: Limits) -> Checked:
             img.load()  # decoded once: a truncated or corrupt file fails here
     except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
         raise PayloadTooLarge("the image is a decompression bomb (too many pixels)") from None
+    except UnidentifiedImageError:
+        raise UnsupportedMedia("the image cannot be decoded: truncated or corrupt") from None
     except (OSError, SyntaxError, ValueError) as exc:
-        raise UnsupportedMedia(f"the image cannot be decoded: {exc}") from None
+        raise UnsupportedMedia(f"the image cannot be decoded (truncated or corrupt): {exc}") from None
     fmt = img.format
     side = limits.image_max_side
     if side and max(width, height) > side:
