@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 
 from dormant.agent import Agent
-from dormant.models import echo_model
+from dormant.models import ModelReply, ScriptedModel, echo_model
+from dormant.models.base import ModelRequest
 from tests.helpers import eventually
 from tests.media_samples import bomb_png, pdf, png
 from tests.server.support import serve
@@ -85,4 +86,57 @@ async def test_refused_parts_answer_413_415_422_and_write_nothing(tmp_path: Path
 
     conn = apsw.Connection(f"{tmp_path}/d.db")
     assert conn.execute("SELECT count(*) FROM blobs").fetchone() == (0,)
+    conn.close()
+
+
+def vision_agents() -> list[Agent]:
+    def script(request: ModelRequest) -> ModelReply:
+        last = request.messages[-1]
+        facts = ", ".join(f"{p.kind} {p.media_type} {p.width}x{p.height} {p.text}" for p in last.parts)
+        return ModelReply(text=f"saw: {facts}")
+
+    return [Agent(name="assistant", model=ScriptedModel(script))]
+
+
+async def test_the_openai_client_sends_images_and_files_to_both_apis(tmp_path: Path) -> None:
+    import openai
+
+    uri = "data:image/png;base64," + b64(png(50, 20))
+    pdf_uri = "data:application/pdf;base64," + b64(pdf("No 4711"))
+    async with serve(vision_agents(), store=f"sqlite:///{tmp_path}/d.db") as s:
+        c = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key=s.key_a, max_retries=0)
+        chat = await c.chat.completions.create(
+            model="assistant",
+            user="u1",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is it?"},
+                        {"type": "image_url", "image_url": {"url": uri, "detail": "low"}},
+                        {"type": "file", "file": {"file_data": pdf_uri, "filename": "i.pdf"}},
+                    ],
+                }
+            ],
+        )
+        assert chat.choices[0].message.content == (
+            "saw: image image/png 50x20 None, file application/pdf 0x0 No 4711"
+        )
+        reply = await c.responses.create(
+            model="assistant",
+            input=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "and this?"},
+                        {"type": "input_image", "image_url": uri, "detail": "auto"},
+                    ],
+                }
+            ],
+        )
+        assert reply.output_text == "saw: image image/png 50x20 None"
+    import apsw
+
+    conn = apsw.Connection(f"{tmp_path}/d.db")
+    assert conn.execute("SELECT count(*) FROM blobs").fetchone() == (2,)  # the PNG once, the PDF
     conn.close()
