@@ -59,9 +59,6 @@ class Settings(BaseModel):
         50 * 1024 * 1024, ge=1024, description="most bytes of parts one input carries"
     )
     max_parts_per_input: int = Field(16, ge=1, le=256, description="most images and files one input carries")
-    max_thread_day_parts_bytes: int = Field(
-        200 * 1024 * 1024, ge=1024, description="most bytes of parts a thread admits per UTC day"
-    )
     max_image_pixels: int = Field(
         40_000_000, ge=1024, description="images with more pixels are refused (decompression bombs)"
     )
