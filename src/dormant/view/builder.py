@@ -138,6 +138,10 @@ def clip(message: Message, limits: ViewLimits) -> Message:
             return message
     elif message_bytes(message) <= max_bytes:
         return message
+    if message.parts:  # too large with its images and files: shown without them, said so
+        note = f"[{len(message.parts)} image(s) or file(s) of this message left out of the view]"
+        content = f"{message.content}\n{note}" if message.content else note
+        return clip(msgspec.structs.replace(message, content=content, parts=(), tokens=0), limits)
     text = message.content
     fixed_bytes = message_bytes(message) - len(text)
     keep = max(0, min(len(text), max_bytes - fixed_bytes - 96))
