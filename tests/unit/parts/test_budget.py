@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dormant.models.base import OPENAI_CHAT, ModelRequest
 from dormant.models.openai import OpenAIChatModel
-from dormant.records import Message, Part, ViewLimits
+from dormant.records import Message, Part, Role, ViewLimits
 from dormant.tokens import encoding
 from dormant.view.builder import extend_view, with_count
 
@@ -26,7 +26,7 @@ def tokens(text: str) -> int:
 
 def tiles(width: int, height: int) -> int:
     """OpenAI's high-detail image cost, written out again independently of dormant."""
-    w, h = width, height
+    w, h = float(width), float(height)
     if max(w, h) > 2048:
         w, h = w * 2048 / max(w, h), h * 2048 / max(width, height)
     if min(w, h) > 768:
@@ -92,7 +92,7 @@ def test_no_request_with_parts_is_over_the_budget(
         for p in parts:
             SIZES[p.ref] = (p.width, p.height)
             TEXTS[p.ref] = p.text or ""
-        role = "user" if seq % 2 else "assistant"
+        role: Role = "user" if seq % 2 else "assistant"
         shown = tuple(parts) if role == "user" else ()
         history.append(
             with_count(Message(seq=seq, role=role, content=" ".join(text), parts=shown), "o200k_base")
