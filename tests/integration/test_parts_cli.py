@@ -28,6 +28,12 @@ def test_send_attaches_images_and_files(tmp_path: Path) -> None:
     facts = [f"{p.kind}:{p.media_type}:{p.name}:{p.text}" for p in PARTS.decode(str(raw))]
     assert content == "see attached"
     assert facts == ["image:image/png:photo.png:None", "file:application/pdf:invoice.pdf:Total 42"]
+    ran = CliRunner().invoke(app, ["run", "--store", url, "--until-idle"])
+    assert ran.exit_code == 0, ran.output
+    shown = CliRunner().invoke(app, ["show", "t1", "--store", url])
+    assert shown.exit_code == 0, shown.output
+    assert "[image: photo.png, image/png, " in shown.output and "80x" not in shown.output
+    assert "120x80]" in shown.output and "[file: invoice.pdf, application/pdf" in shown.output
     fake = tmp_path / "fake.jpg"
     fake.write_bytes(png(10, 10)[:40])
     refused = CliRunner().invoke(app, ["send", "t1", "x", "--store", url, "--attach", str(fake)])
