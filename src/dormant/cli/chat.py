@@ -84,6 +84,7 @@ def send(
         list[Path] | None,
         typer.Option(
             "--attach",
+            envvar="DORMANT_ATTACH",
             help="An image or a file sent with the text (repeat: --attach photo.jpg --attach "
             "invoice.pdf); its type is sniffed from its bytes, images and PDFs are checked.",
         ),
