@@ -33,7 +33,7 @@ from .governor.loop import Governor, build_governor
 from .journal.rules import CheckpointPolicy
 from .memory import registers
 from .memory.core import MemoryConfig, MemoryCore
-from .memory.embedder import Embedder, MiniLMEmbedder
+from .memory.embedder import Embedder, EmbedderName, resolve_embedder
 from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
@@ -73,7 +73,7 @@ class Runtime:
         *,
         settings: Settings | None = None,
         default_agent: str | None = None,
-        memory_embedder: Embedder | None = None,
+        memory_embedder: Embedder | EmbedderName | None = None,
     ) -> None:
         if not agents:
             raise UsageError("a runtime needs at least one agent")
@@ -82,7 +82,7 @@ class Runtime:
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
-        #: the embedder of :attr:`memory` (None: MiniLM, loaded on first use)
+        #: the embedder of :attr:`memory`: "minilm" (the default, also None), "hashing", "none"
         self.memory_embedder = memory_embedder
         self._memory: Memory | None = None
         remember(store.url)  # its password is scrubbed from any error text shown later
@@ -226,7 +226,7 @@ class Runtime:
         if self._memory is None:
             if not self._opened:
                 raise UsageError("open the runtime before using its memory")
-            embedder = self.memory_embedder if self.memory_embedder is not None else MiniLMEmbedder()
+            embedder = resolve_embedder(self.memory_embedder)
             config = MemoryConfig(
                 binding_secret=self.settings.binding_secret,
                 previous_binding_secret=self.settings.binding_secret_previous,

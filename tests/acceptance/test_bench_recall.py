@@ -10,7 +10,17 @@ from typer.testing import CliRunner
 from dormant.cli.main import app
 
 FIGURES = {"recall_at_1", "recall_at_5", "mrr", "stale_rate", "leak_rate", "p50_ms", "p99_ms", "rss_bytes"}
-BASELINES = {"recency_only", "fulltext_only", "vector_only", "hybrid_no_decay", "hybrid_no_dictionary"}
+BASELINES = {
+    "previous_default",
+    "hybrid_no_structure",
+    "recency_only",
+    "fulltext_only",
+    "fulltext_only_no_structure",
+    "vector_only",
+    "hybrid_no_decay",
+    "hybrid_no_dictionary",
+}
+KINDS = {"latest_complaint", "current_city", "shipping_address", "complaint_synonym", "last_call"}
 
 
 def test_bench_recall_writes_the_summary(tmp_path: Path) -> None:
@@ -36,6 +46,16 @@ def test_bench_recall_writes_the_summary(tmp_path: Path) -> None:
     assert quality["subjects"] == 60 and quality["queries"] > 12
     # the hybrid ranks better than recency alone even with hashing vectors
     assert summary["mrr"] > summary["baselines"]["recency_only"]["mrr"]
+    # recall@1 and @5 per question kind, English and Chinese, with and without structure first
+    cats = summary["per_category"]
+    assert set(cats) == {"en", "zh"}
+    for suite in ("en", "zh"):
+        assert set(cats[suite]) == {"hybrid", "previous_default"}
+        assert set(cats[suite]["hybrid"]) >= KINDS - ({"complaint_synonym"} if suite == "en" else set())
+        assert {"recall_at_1", "recall_at_5"} <= set(cats[suite]["hybrid"]["current_city"])
+        assert cats[suite]["hybrid"]["current_city"]["recall_at_1"] >= 0.9
+    assert summary["zh"]["hybrid"]["leak_rate"] == 0.0
+    assert "per question kind" in result.output
 
 
 def test_bench_recall_through_slices_names_the_embedder_it_measured(tmp_path: Path) -> None:

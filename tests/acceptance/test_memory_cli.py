@@ -42,6 +42,9 @@ def test_dict_load_and_ingest(tmp_path: Path) -> None:
     cli = Cli(tmp_path, f"sqlite:///{tmp_path}/m.db")
     (tmp_path / "d.csv").write_text("shipped,dispatched,out for delivery\n")
     assert cli.ok("memory", "dict", "load", str(tmp_path / "d.csv")).strip() == "1 synonym groups loaded"
+    assert cli.ok("memory", "dict", "show").strip() == "shipped ≈ dispatched ≈ out for delivery"
+    shown = json.loads(cli.ok("memory", "dict", "show", "--json"))
+    assert shown == {"group": ["shipped", "dispatched", "out for delivery"]}
     (tmp_path / "policy.md").write_text(
         "Returns.\n\nParcels are dispatched within 48 hours.\n\n" + "Filler. " * 300
     )
@@ -76,3 +79,33 @@ def test_tenant_is_looked_up_and_scopes_every_command(tmp_path: Path) -> None:
     unknown = cli("memory", "search", "ship", *ALICE, "--tenant", "initech", env=ENV)
     assert unknown.returncode != 0 and "initech" in unknown.stderr
     assert "Traceback" not in unknown.stderr + unknown.stdout
+
+
+def test_add_takes_valid_from_and_search_explains(tmp_path: Path) -> None:
+    cli = Cli(tmp_path, f"sqlite:///{tmp_path}/m.db")
+    tag = ["-t", "key=shipping_address"]
+    cli.ok(
+        "memory", "add", "Ship to 9 Mill Lane, Kingston", *ALICE, *tag, "--valid-from", "2026-03-01", env=ENV
+    )
+    old = json.loads(
+        cli.ok(
+            "memory",
+            "add",
+            "Ship to 12 Oak Street, Dover",
+            *ALICE,
+            *tag,
+            "--valid-from",
+            "2026-01-01",
+            "--json",
+            env=ENV,
+        )
+    )
+    assert old["superseded"] == []
+    hit = cli.ok(
+        "memory", "search", "Which city should the parcel go to?", *ALICE, "--explain", "--k", "1", env=ENV
+    )
+    assert "Mill Lane" in hit and "why: current value of key shipping_address" in hit
+    as_json = cli.ok(
+        "memory", "search", "current address", *ALICE, "--explain", "--json", "--k", "1", env=ENV
+    )
+    assert json.loads(as_json)["explain"]["tier"] == 0

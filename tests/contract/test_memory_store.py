@@ -225,11 +225,13 @@ def test_filters_tags_typed_and_kinds(core: MemoryCore) -> None:
 
 def test_dictionary_expands_text_queries(core: MemoryCore) -> None:
     add(core, ALICE, "Order ORD-5 was dispatched on Monday")
-    text_only = RecallMode(vector=False)
+    # structure off: no fallback to recency when text finds nothing
+    text_only = RecallMode(vector=False, structure=False)
     assert texts(core, [ALICE], "has it shipped", mode=text_only) == []
     assert core.save_dictionary(T, [["shipped", "dispatched", "out for delivery"]]) == 1
     assert texts(core, [ALICE], "has it shipped", mode=text_only) == ["Order ORD-5 was dispatched on Monday"]
-    assert texts(core, [ALICE], "has it shipped", mode=RecallMode(vector=False, dictionary=False)) == []
+    without = RecallMode(vector=False, dictionary=False, structure=False)
+    assert texts(core, [ALICE], "has it shipped", mode=without) == []
 
 
 def test_dictionary_pulls_the_query_and_only_if_asked_the_records(core: MemoryCore) -> None:

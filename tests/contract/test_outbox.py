@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dormant.errors import DormantError, InvalidInput
+from dormant.errors import DormantError, InvalidInput, NotFound
 from dormant.inbox import UNKNOWN_OUTCOME
 from dormant.records import OutboxEntry, OutboxOutcome, ViewLimits
 from dormant.store.base import Store
@@ -262,3 +262,28 @@ async def test_a_user_key_equal_to_a_call_id_never_swallows_the_result(store: St
 async def test_a_key_in_the_user_namespace_form_is_refused(store: Store) -> None:
     with pytest.raises(InvalidInput):
         await store.admit([user("t1", USER_KEY_PREFIX + "c1")])
+
+
+async def test_a_dead_or_unknown_call_is_resolved_once_and_only_in_its_tenant(
+    store: Store, clock: FakeClock
+) -> None:
+    await turn(store, "t1", "k1", calls=[call("c1"), call("c2", "pay")])
+    (first, second) = sorted(await store.claim_outbox("w", 10, 60.0), key=lambda e: e.call_id)
+    assert first.token is not None
+    dead = OutboxOutcome(
+        entry_id=first.id, token=first.token, kind="dead", content="error", is_error=True, error="gave up"
+    )
+    assert await store.finish_outbox([dead]) == [True]
+    with pytest.raises(NotFound):  # still running: not resolvable
+        await store.resolve_call(second.id)
+    with pytest.raises(NotFound):  # the default tenant's call, asked for by a tenant
+        await store.resolve_call(first.id, tenant="t0123456789ab")
+    resolved = await store.resolve_call(first.id)
+    assert (resolved.call_id, resolved.status, resolved.last_error) == ("c1", "dead", "gave up")
+    assert "c1" not in await entries(store)
+    assert await results_of(store, "t1") == [("c1", "error", True)]  # the thread keeps its result
+    assert (await store.status()).dead_letters == 0
+    with pytest.raises(NotFound):
+        await store.resolve_call(first.id)
+    with pytest.raises(NotFound):
+        await store.resolve_call(10**9)

@@ -100,7 +100,7 @@ async def test_a_fault_in_the_memory_step_rolls_the_whole_slice_back(store: Stor
     await store.commit_slice(good)
     built = await writes(core, [fact("Ships to 44 Pine Road", key="address")], now=2000.0)
 
-    def fail(new: MemoryRecord, olds: Sequence[MemoryRecord]) -> list[str]:
+    def fail(new: MemoryRecord, olds: Sequence[MemoryRecord]) -> tuple[list[str], float | None]:
         raise RuntimeError("injected: the commit dies after the plan's rows and the dedup read")
 
     await store.admit([user("t", "k1")])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from dormant.errors import StoreError
+from dormant.errors import NotFound, StoreError
 from dormant.records import NewThread, SliceLoad, Summary, ViewLimits
 from dormant.store.base import Store
 
@@ -50,6 +50,12 @@ async def test_a_summary_starts_later_views_and_the_originals_stay(store: Store)
     assert load.summary.upto_seq == 4 and load.summary.made_at_seq == 6
     assert [m.seq for m in load.view] == [5, 6, 7, 8]
     assert len((await store.history("t1")).items) == 8, "the originals stay in the store"
+    latest = await store.latest_summary("t1")
+    assert latest is not None and (latest.upto_seq, latest.made_at_seq) == (4, 6)
+    with pytest.raises(NotFound):  # a tenant never reads a summary outside it
+        await store.latest_summary("t1", tenant="t0123456789ab")
+    await turn(store, "t2", "k1")
+    assert await store.latest_summary("t2") is None
 
 
 async def test_a_summary_must_move_forward_over_stored_messages(store: Store) -> None:

@@ -104,3 +104,30 @@ def test_reads_of_a_file_store_do_not_wait_for_its_event_loop(tmp_path: Path) ->
         finally:
             release.set()
             done.result(10)
+
+
+async def test_text_only_by_name_identity_parts_times_explain_and_the_dictionary_read_back() -> None:
+    from dormant.errors import InvalidInput
+
+    ana = {"phone": "+1 555 0199", "device": "ana-phone"}
+    async with await Memory.open("memory://", embedder="none") as mem:
+        assert mem.core.embedder is None and mem.status().embedder is None
+        await mem.load_dictionary([["快递停滞", "物流异常"]])
+        assert await mem.dictionary() == [["快递停滞", "物流异常"]]
+        tag = {"key": "shipping_address"}
+        now = await mem.add(ana, "Ship to 9 Mill Lane, Kingston", tags=tag, valid_from=3000.0)
+        old = await mem.add(
+            ana, "Ship to 12 Oak Street, Dover", tags=tag, valid_from=1000.0, observed_at=4000.0
+        )
+        assert old.record.invalid_at == 3000.0 and old.record.created_at == 4000.0 and not old.superseded
+        key = await mem.bind(ana)
+        assert now.record.subject == key
+        got = await mem.recall(ana, "Which city should the parcel go to?", explain=True)
+        assert got.hits[0].record.id == now.record.id and got.hits[0].explain is not None
+        past = await mem.recall(ana, "Which city should the parcel go to?", at=2000.0, now=9000.0)
+        assert past.hits[0].record.id == old.record.id
+        assert [r.id for r in (await mem.list(ana)).items] == [now.record.id], "valid records only"
+        with pytest.raises(InvalidInput, match="key tag"):
+            await mem.add(key, "called us", kind="event", tags={"key": "call"})
+    with pytest.raises(Exception, match="unknown embedder"):
+        await Memory.open("memory://", embedder="bert")  # type: ignore[arg-type]

@@ -109,3 +109,14 @@ async def test_rt_memory_of_a_real_tenant_is_scoped_by_its_id(tmp_path: Path) ->
                 await outsider.get([key], added.record.id)
         with pytest.raises(NotFound):
             await rt.memory.for_tenant("initech")
+
+
+async def test_rt_memory_embedder_by_name() -> None:
+    async with Runtime("memory://", [agent()], memory_embedder="none") as rt:
+        assert rt.memory.status().embedder is None
+        key = await rt.memory.bind({"phone": "+15550100"})
+        await rt.memory.add(key, "Prefers tea", kind="preference")
+        got = await rt.memory.recall(key, "what does she drink")
+        assert [h.record.text for h in got.hits] == ["Prefers tea"], "text-only falls back to recency"
+    async with Runtime("memory://", [agent()], memory_embedder="hashing") as rt:
+        assert (rt.memory.status().embedder or "").startswith("hashing")

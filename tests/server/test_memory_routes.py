@@ -193,3 +193,42 @@ async def test_a_threads_registers_are_readable_by_its_tenant_only() -> None:
         assert body["long_term"] == {"language": "pt-PT"}
         assert (await b.get("/v1/threads/t1/registers")).status_code == 404, "another tenant's thread"
         assert (await a.get("/v1/threads/nope/registers")).status_code == 404
+
+
+async def test_recall_explains_and_add_takes_valid_and_observed_times() -> None:
+    async with serve(agents()) as s, hashing(s).client() as a:
+        key = (await a.post("/v1/memory/bind", json={"identity": PHONE})).json()["key"]
+        addr = {"key": "shipping_address"}
+        new = await a.post(
+            "/v1/memory",
+            json={
+                "subject": key,
+                "text": "Ship to 9 Mill Lane, Kingston",
+                "tags": addr,
+                "valid_from": 3000.0,
+            },
+        )
+        old = await a.post(
+            "/v1/memory",
+            json={
+                "subject": key,
+                "text": "Ship to 12 Oak Street, Dover",
+                "tags": addr,
+                "valid_from": 1000.0,
+                "observed_at": 5000.0,
+            },
+        )
+        assert old.status_code == 201, old.text
+        back = old.json()["record"]
+        assert (back["valid_from"], back["invalid_at"]) == (1000.0, 3000.0), "a back-fill is history"
+        r = await a.post(
+            "/v1/memory/recall",
+            json={"subjects": [key], "query": "Which city should the parcel go to?", "explain": True},
+        )
+        hit = r.json()["items"][0]
+        assert hit["record"]["id"] == new.json()["record"]["id"]
+        assert hit["explain"]["tier"] == 0 and "shipping_address" in hit["explain"]["structure"]
+        plain = await a.post("/v1/memory/recall", json={"subjects": [key], "query": "ship"})
+        assert plain.json()["items"][0]["explain"] is None
+        bad = await a.post("/v1/memory", json={"subject": key, "text": "x", "valid_from": -1})
+        assert bad.status_code == 422

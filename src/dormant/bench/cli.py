@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .cli_server import register as _register_server
 from .extra import bench_extra_message
 from .scale import DEFAULT_VIEW_CACHE_BYTES, load_summary
 
@@ -196,30 +197,6 @@ def context(
     console.print(f"wrote {out / 'summary.json'}")
 
 
-@bench_app.command("mcp")
-def mcp_calls(
-    calls: Annotated[int, typer.Option(min=1, envvar="DORMANT_BENCH_CALLS")] = 500,
-    servers: Annotated[int, typer.Option(min=1, max=64, envvar="DORMANT_BENCH_MCP_SERVERS")] = 10,
-    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/mcp"),
-) -> None:
-    """One MCP call through the outbox against one plain async tool: CALLS threads, one
-    call each; then a worker with SERVERS stdio MCP servers (list time, RSS idle and under
-    load). Writes ``OUT/summary.json``."""
-    import asyncio
-
-    from .mcp import run_mcp_bench
-
-    summary = asyncio.run(run_mcp_bench(calls, servers, out))
-    table = Table(title=f"MCP vs plain async tool ({calls} calls)")
-    table.add_column("figure")
-    for name in summary:
-        table.add_column(name, justify="right")
-    for key in next(iter(summary.values())):
-        table.add_row(key, *(f"{run[key]:,.3f}" for run in summary.values()))
-    console.print(table)
-    console.print(f"wrote {out / 'summary.json'}")
-
-
 def _flatten(data: dict[str, object], prefix: str = "") -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = []
     for key, value in data.items():
@@ -228,43 +205,6 @@ def _flatten(data: dict[str, object], prefix: str = "") -> list[tuple[str, objec
         else:
             rows.append((f"{prefix}{key}", value))
     return rows
-
-
-@bench_app.command("serve")
-def serve_load(
-    clients: Annotated[
-        int, typer.Option(min=1, max=5000, envvar="DORMANT_BENCH_CLIENTS", help="SSE streams held open")
-    ] = 1000,
-    posters: Annotated[
-        int, typer.Option(min=1, max=1000, envvar="DORMANT_BENCH_POSTERS", help="closed-loop posting clients")
-    ] = 32,
-    seconds: Annotated[
-        float, typer.Option(min=1, max=600, envvar="DORMANT_BENCH_SECONDS", help="posting time")
-    ] = 20.0,
-    store: Annotated[
-        str, typer.Option(envvar="DORMANT_BENCH_STORE", help="sqlite (a temporary file) or memory")
-    ] = "sqlite",
-    out: Annotated[Path, typer.Option(envvar="DORMANT_BENCH_OUT")] = Path("bench-out/serve"),
-) -> None:
-    """Load on `dormant serve` over loopback: SSE clients + admissions at the highest steady rate.
-
-    Prints admissions/s, admit latency, event delivery lag and the server's RSS; writes OUT/summary.json.
-    """
-    import asyncio
-    from dataclasses import asdict
-
-    from .serve import Params, run
-
-    if store not in ("sqlite", "memory"):
-        raise typer.BadParameter("--store must be sqlite or memory")
-    params = Params(clients=clients, posters=posters, seconds=seconds, store=store)
-    figures = asyncio.run(run(params, out))
-    table = Table(title="serve")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for name, value in asdict(figures).items():
-        table.add_row(name, str(value))
-    console.print(table)
 
 
 @bench_app.command("plot")
@@ -498,6 +438,8 @@ def recall(
             "embedder": embedder,
             "seed": seed,
             "latency_queries": queries,
+            "zh_subjects": max(10, subjects // 5),
+            "zh_rich": max(1, rich // 2),
         }
     )
     summary = _run_process("recall", "dormant.bench.recall", payload, out)
@@ -515,7 +457,29 @@ def recall(
             ),
         )
     console.print(table)
+    _per_category(summary)
     console.print(f"rss {summary['rss_bytes']:,} bytes; wrote {out / 'summary.json'}")
+
+
+def _per_category(summary: dict[str, object]) -> None:
+    """Recall@1 and @5 per question kind and suite, without structure first -> with it."""
+    cats: dict[str, dict[str, dict[str, dict[str, float]]]] = summary["per_category"]  # type: ignore[assignment]
+    table = Table(title="recall per question kind (previous default -> hybrid)")
+    for col in ("suite", "kind", "recall@1", "recall@5", "stale"):
+        table.add_column(col, justify="left" if col in ("suite", "kind") else "right")
+    for suite, runs in cats.items():
+        after, before = runs["hybrid"], runs["previous_default"]
+        for kind, fig in after.items():
+            was = before.get(kind, {})
+            table.add_row(
+                suite,
+                kind,
+                *(
+                    f"{was.get(k, 0):.3f} -> {fig[k]:.3f}"
+                    for k in ("recall_at_1", "recall_at_5", "stale_rate")
+                ),
+            )
+    console.print(table)
 
 
 @bench_app.command("retention")
@@ -561,3 +525,7 @@ def retention(
         )
     )
     Console().print_json(json.dumps(summary))
+
+
+# the server and MCP benchmarks live in their own module (this one stays short)
+_register_server(bench_app)

@@ -41,6 +41,7 @@ from ..memory.records import DEFAULT_TENANT, MemoryKind, NewMemory, TagValue
 from ..store.sqlite import SQLiteStore
 from .recall_eval import CachingEmbedder, RandomEmbedder, percentile, run_queries
 from .recall_suite import CHANNELS, DICTIONARY, PRODUCTS, SMALL_TALK, STREETS, T0, T_END, Suite, build_suite
+from .recall_suite_zh import DICTIONARY_ZH, build_suite_zh
 
 TENANT = DEFAULT_TENANT
 SUMMARY_KEYS = (
@@ -127,6 +128,11 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
     text_only = RecallMode(vector=False)
     runs: dict[str, Any] = {
         "hybrid": run_queries(with_dict, queries, ids, HYBRID),
+        "previous_default": run_queries(with_dict, queries, ids, PREVIOUS),
+        "hybrid_no_structure": run_queries(with_dict, queries, ids, NO_STRUCTURE),
+        "fulltext_only_no_structure": run_queries(
+            with_dict, queries, ids, RecallMode(vector=False, structure=False)
+        ),
         "recency_only": run_queries(with_dict, queries, ids, RecallMode(text=False, vector=False)),
         "fulltext_only": run_queries(with_dict, queries, ids, text_only),
         "vector_only": run_queries(with_dict, queries, ids, RecallMode(text=False)),
@@ -166,6 +172,8 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
             )
     per_category = {
         "hybrid": runs["hybrid"].by_category(ids),
+        "previous_default": runs["previous_default"].by_category(ids),
+        "fulltext_only_no_structure": runs["fulltext_only_no_structure"].by_category(ids),
         "hybrid_no_decay": runs["hybrid_no_decay"].by_category(ids),
         "hybrid_no_dictionary": runs["hybrid_no_dictionary"].by_category(ids_nodict),
         "fulltext_only": runs["fulltext_only"].by_category(ids),
@@ -173,7 +181,9 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
     }
     for core in (with_dict, no_dict, pulled):
         core.backend.close()
+    zh = chinese(params, out, stack, embedder, config)
     return {
+        "zh": zh,
         "runs": runs,
         "variants": variants,
         "per_category": per_category,
@@ -188,6 +198,41 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
         "query_embed_ms": round(query_embed_ms, 3),
         "rss_embedder_loaded_bytes": rss_loaded,
         "rss_embedder_delta_bytes": rss_loaded - rss_before,
+    }
+
+
+NO_STRUCTURE = RecallMode(structure=False)
+#: "before": the previous default, ranking alone (no structure first, no recency
+#: fallback) with the previous decay, λ = 0.001 per hour
+PREVIOUS = RecallMode(structure=False, ranking=RankingPolicy(default_lambda=0.001))
+
+
+def chinese(
+    params: dict[str, Any], out: Path, stack: ExitStack, embedder: Embedder, config: MemoryConfig
+) -> dict[str, Any]:
+    """The Chinese suite (:mod:`~dormant.bench.recall_suite_zh`) on a database of its own:
+    hybrid and full text, each with and without structure first, per category."""
+    suite = build_suite_zh(
+        subjects=int(params["zh_subjects"]), rich=int(params["zh_rich"]), seed=int(params["seed"])
+    )
+    core = _core(stack, out / "quality_zh.db", embedder, config)
+    core.save_dictionary(TENANT, DICTIONARY_ZH)
+    ids = fill_suite(core, suite)
+    modes = {
+        "hybrid": HYBRID,
+        "previous_default": PREVIOUS,
+        "hybrid_no_structure": NO_STRUCTURE,
+        "fulltext_only": RecallMode(vector=False),
+        "fulltext_only_no_structure": RecallMode(vector=False, structure=False),
+    }
+    graded = {name: run_queries(core, suite.queries, ids, mode) for name, mode in modes.items()}
+    core.backend.close()
+    return {
+        "runs": {name: g.as_json() for name, g in graded.items()},
+        "per_category": {name: g.by_category(ids) for name, g in graded.items()},
+        "records": len(suite.records),
+        "subjects": len(suite.subjects),
+        "queries": len(suite.queries),
     }
 
 
@@ -334,7 +379,16 @@ def run(params: dict[str, Any], *, progress: bool = False) -> dict[str, Any]:
     summary: dict[str, Any] = {k: hybrid[k] for k in SUMMARY_KEYS[:5]}
     summary.update({"p50_ms": last["p50_ms"], "p99_ms": last["p99_ms"], "rss_bytes": last["rss_bytes"]})
     baselines = {}
-    for name in ("recency_only", "fulltext_only", "vector_only", "hybrid_no_decay", "hybrid_no_dictionary"):
+    for name in (
+        "previous_default",
+        "hybrid_no_structure",
+        "recency_only",
+        "fulltext_only",
+        "fulltext_only_no_structure",
+        "vector_only",
+        "hybrid_no_decay",
+        "hybrid_no_dictionary",
+    ):
         fig = q["runs"][name].as_json()
         # latency of a baseline: its own per-query time on the quality database
         baselines[name] = {
@@ -344,6 +398,11 @@ def run(params: dict[str, Any], *, progress: bool = False) -> dict[str, Any]:
             "rss_bytes": last["rss_bytes"],
         }
     summary["baselines"] = baselines
+    summary["per_category"] = {
+        "en": {k: q["per_category"][k] for k in ("hybrid", "previous_default")},
+        "zh": {k: q["zh"]["per_category"][k] for k in ("hybrid", "previous_default")},
+    }
+    summary["zh"] = q["zh"]["runs"]
     summary["details"] = {
         "quality": {
             **{k: v for k, v in q.items() if k not in ("runs", "variants")},
@@ -366,6 +425,9 @@ def run(params: dict[str, Any], *, progress: bool = False) -> dict[str, Any]:
 DEFAULTS: dict[str, Any] = {
     "subjects": 10_000,
     "rich": 600,
+    #: the Chinese suite's subjects and subjects with a history
+    "zh_subjects": 2_000,
+    "zh_rich": 300,
     "seed": 7,
     "embedder": "minilm",
     "memories": 1_000_000,

@@ -145,6 +145,11 @@ class CachingEmbedder:
     def rss_bytes(self) -> int:
         return self.inner.rss_bytes
 
+    @property
+    def reads_cjk(self) -> bool:
+        """The inner embedder's (recall skips it for CJK queries it cannot read)."""
+        return bool(getattr(self.inner, "reads_cjk", True))
+
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))

@@ -283,6 +283,25 @@ def _rich(suite: Suite, rng: random.Random, key: str, order_ids: list[int]) -> N
             frozenset({index[calls[-1][1]]}),
         )
     )
+    # "latest" questions: the newest complaint, and the current city (the customer may have
+    # moved; the question shares no word with the records)
+    complaints = sorted((t, index[text]) for t, _, text, tags in recs if tags.get("type") == "complaint")
+    if complaints:
+        queries.append(
+            SuiteQuery(
+                key, "latest_complaint", "What was the most recent complaint?", frozenset({complaints[-1][1]})
+            )
+        )
+    addr_ids = [index[text] for _, text in versions["shipping_address"]]
+    queries.append(
+        SuiteQuery(
+            key,
+            "current_city",
+            "Which city should the parcel go to?",
+            frozenset(addr_ids[-1:]),
+            frozenset(addr_ids[:-1]),
+        )
+    )
     for ord_id, product, _, complained in order_texts:
         queries.append(
             SuiteQuery(

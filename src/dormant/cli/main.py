@@ -66,7 +66,7 @@ from .demo import DEFAULT_DEMO_STORE, demo_command, human_bytes
 from .history import export, show
 from .retry import AllFailedOpt, SinceOpt, print_retry_all
 from .run import run
-from .status import model_rows, server_rows, server_table_rows
+from .status import mcp_counts, mcp_rows, model_rows, server_rows, server_table_rows
 
 app = typer.Typer(
     name="dormant",
@@ -278,15 +278,35 @@ def status(
     model: ModelOpt = SCRIPTED,
     base_url: BaseUrlOpt = DEFAULT_BASE_URL,
     context_window: ContextWindowOpt = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics",
+            envvar="DORMANT_STATUS_METRICS",
+            help="URL of a running worker's or server's /metrics (dormant run --metrics-port, "
+            "dormant serve): also show its MCP calls, failures, timeouts and restarts per server.",
+        ),
+    ] = None,
+    metrics_token: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-token",
+            envvar="DORMANT_METRICS_TOKEN",
+            help="Bearer token that /metrics requires, if any (prefer the variable).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Counts: threads by state, ready/leased, backlog, outbox, dead letters, messages, sizes.
 
     With a served --model (or --app), also what its server says: its context size, and a
     warning when the declared window is larger or its chat template cannot use the
-    agent's tools (the same check `run` and `serve` make at start)."""
+    agent's tools (the same check `run` and `serve` make at start). With --metrics, the MCP
+    counts of that running process (MCP servers run in workers, not in the store)."""
 
     async def go() -> None:
         settings = settings_for(store)
+        mcp = await mcp_counts(metrics, metrics_token) if metrics else None
         async with opened_store(settings) as st:
             s = await st.status()
         servers: list[dict[str, object]] = []
@@ -298,6 +318,8 @@ def status(
                 await close_models(agents)
         if as_json:
             data = {"store": redact(settings.store), **msgspec.structs.asdict(s), "model_servers": servers}
+            if mcp is not None:
+                data["mcp"] = mcp
             sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
             return
         title = f"dormant status — {redact(settings.store)}"
@@ -320,6 +342,8 @@ def status(
         for label, value in model_rows(s):  # tokens counted by the model servers, threads waiting on one
             table.add_row(label, value)
         for label, value in server_table_rows(servers):  # what the model servers say of themselves
+            table.add_row(label, value)
+        for label, value in mcp_rows(mcp) if mcp is not None else []:  # MCP counts of a running process
             table.add_row(label, value)
         table.add_row("db / wal size", f"{human_bytes(s.db_bytes)} / {human_bytes(s.wal_bytes)}")
         table.add_row("schema version", str(s.schema_version))
@@ -481,8 +505,10 @@ def _mount_serve() -> None:
     from .mcp import mcp_app
     from .serve import serve_command
     from .tenants import tenants_app
+    from .ui import ui_command
 
     app.command("serve")(serve_command)
+    app.command("ui")(ui_command)
     app.add_typer(tenants_app, name="tenants")
     app.command()(gc)
     app.add_typer(mcp_app, name="mcp")

@@ -1,5 +1,6 @@
 """``dormant mcp list``: each MCP server the ``--app`` agents name, whether it starts, and
-its tools as the model sees them (see docs/mcp.md)."""
+its tools as the model sees them; ``dormant mcp serve``: dormant's own memory and threads
+as an MCP server on stdio, for one tenant (see docs/mcp.md)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from typing import Annotated
 
 import typer
 
+from ..config import DEFAULT_STORE
 from ..errors import DormantError, UsageError
-from .agents import AppOpt
-from .apps import load_app
-from .base import fail, out, run_async
+from .agents import AppOpt, agents_for
+from .apps import DEFAULT_BASE_URL, SCRIPTED, load_app
+from .base import StoreOpt, fail, out, run_async, settings_for
 
-mcp_app = typer.Typer(help="MCP servers the agents use.", no_args_is_help=True)
+mcp_app = typer.Typer(help="MCP: the servers the agents use, and dormant as one.", no_args_is_help=True)
 
 
 @mcp_app.command("list")
@@ -77,3 +79,30 @@ def list_servers(
                 out.print("  (listing cut at the configured bound)")
     if any(not s["starts"] for s in servers):
         raise typer.Exit(1)
+
+
+@mcp_app.command("serve")
+def serve(
+    tenant: Annotated[
+        str,
+        typer.Option(
+            "--tenant",
+            envvar="DORMANT_TENANT",
+            help="The tenant (name or id) whose memory and threads to serve.",
+        ),
+    ],
+    store: StoreOpt = DEFAULT_STORE,
+    app_spec: AppOpt = None,
+) -> None:
+    """Serve one tenant's long-term memory and threads as an MCP server on stdin/stdout (for
+    a desktop MCP host). Threads run in a worker (`dormant run` or `dormant serve`) on the
+    same store; this process only admits and reads."""
+    from ..runtime import Runtime
+    from ..server.mcp.stdio import serve_stdio
+
+    try:
+        settings = settings_for(store)
+        agents = agents_for(app_spec, SCRIPTED, DEFAULT_BASE_URL, None)
+    except DormantError as exc:
+        fail(exc)
+    run_async(serve_stdio(Runtime(settings.store, agents, settings=settings), tenant))

@@ -177,6 +177,12 @@ def add(
     tag: TagOpt = None,
     importance: Annotated[float, typer.Option(min=0.0, max=1.0, help="0..1.")] = 0.5,
     replaces: Annotated[list[str] | None, typer.Option("--replaces", help="Record id it supersedes.")] = None,
+    valid_from: Annotated[
+        datetime | None, typer.Option("--valid-from", help="When it became true (default: now).")
+    ] = None,
+    observed_at: Annotated[
+        datetime | None, typer.Option("--observed-at", help="When it was seen (default: --valid-from).")
+    ] = None,
     store: StoreOpt = DEFAULT_STORE,
     tenant: TenantOpt = DEFAULT_TENANT,
     embedder: EmbedderOpt = EmbedderName.minilm,
@@ -192,6 +198,8 @@ def add(
             tags=_tags(tag),
             importance=importance,
             replaces=tuple(replaces or ()),
+            valid_from=valid_from.timestamp() if valid_from else None,
+            observed_at=observed_at.timestamp() if observed_at else None,
         )
         res = core.add(tenant, new, actor="cli")
         verdict = "duplicate of" if res.duplicate else "added"
@@ -218,12 +226,14 @@ def search(
     k: Annotated[int, typer.Option("--k", min=1, max=100, help="Hits.")] = 5,
     at: Annotated[datetime | None, typer.Option("--at", help="Recall what was valid at this time.")] = None,
     history: Annotated[bool, typer.Option("--history", help="Superseded records too.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Why each hit ranked where it did.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     tenant: TenantOpt = DEFAULT_TENANT,
     embedder: EmbedderOpt = EmbedderName.minilm,
     as_json: JsonOpt = False,
 ) -> None:
-    """Hybrid recall: structure, full text, vectors, decay, importance."""
+    """Recall: structure's answers first (the current value of a key, the newest event),
+    then full text, vectors, decay, importance."""
     with opened(store, embedder, tenant) as (core, tenant):
         keys = _subjects(core, tenant, subject, identity)
         res = core.recall(
@@ -235,13 +245,20 @@ def search(
             k=k,
             at=at.timestamp() if at else None,
             history=history,
+            explain=explain,
         )
         for note in res.degraded:
             err.print(f"note: {note}", markup=False)
         for h in res.hits:
-            _print(
-                {"score": h.score, "record": h.record}, as_json, f"{h.score:.5f}  {_record_line(h.record)}"
-            )
+            why = h.explain or {}
+            line = f"{h.score:.5f}  {_record_line(h.record)}"
+            if why:
+                parts = ", ".join(f"{k}={v}" for k, v in why.items() if k != "intent" and v not in (None, ""))
+                line += f"\n    why: {why.get('structure') or 'hybrid'}; {parts}; intent: {why.get('intent')}"
+            body: dict[str, object] = {"score": h.score, "record": h.record}
+            if why:
+                body["explain"] = why
+            _print(body, as_json, line)
 
 
 @memory_app.command()
@@ -350,6 +367,18 @@ def dict_load(
     with opened(store, EmbedderName.none, tenant) as (core, tenant):
         n = core.save_dictionary(tenant, load_dictionary(file))
         out.print(f"{n} synonym groups loaded", markup=False)
+
+
+@dict_app.command("show")
+def dict_show(
+    store: StoreOpt = DEFAULT_STORE,
+    tenant: TenantOpt = DEFAULT_TENANT,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the tenant's synonym groups (one group a line)."""
+    with opened(store, EmbedderName.none, tenant) as (core, tenant):
+        for group in core.dictionary_groups(tenant):
+            _print({"group": group}, as_json, " ≈ ".join(group))
 
 
 def knowledge_key(core: MemoryCore, tenant: str) -> str:

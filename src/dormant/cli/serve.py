@@ -87,6 +87,16 @@ def serve_command(
             "to the flag, which `ps` shows).",
         ),
     ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-token",
+            envvar="DORMANT_ADMIN_TOKEN",
+            help="Operator token of the dashboard (/ui): logged in with it, every tenant is shown "
+            "(unset: only tenants' API keys log in, each to its own tenant). Prefer the variable.",
+            show_default=False,
+        ),
+    ] = None,
     header_timeout: Annotated[
         float | None,
         typer.Option(
@@ -247,6 +257,7 @@ def serve_command(
             docs=docs,
             stream_token_secret=stream_token_secret or None,
             stream_token_ttl_s=stream_token_ttl,
+            admin_token=admin_token or None,
         )
         try:
             sock = listen(host, port)  # a busy port: one line, before anything else happens

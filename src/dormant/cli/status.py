@@ -65,3 +65,56 @@ def server_table_rows(rows: Sequence[dict[str, object]]) -> list[tuple[str, str 
         for warning in row["warnings"]:  # type: ignore[attr-defined]
             out.append(("warning", Text(str(warning), style="yellow")))
     return out
+
+
+#: The MCP events ``dormant status --metrics`` shows, in this order.
+MCP_EVENTS = ("calls", "failures", "timeouts", "restarts")
+
+
+async def mcp_counts(
+    url: str, token: str | None = None, timeout_s: float = 10.0
+) -> dict[str, dict[str, int]]:
+    """``dormant_mcp_total{server,event}`` scraped from a running process's ``/metrics``
+    (``url``: its ``/metrics`` address, or its base address): server -> event -> count
+    (every event of :data:`MCP_EVENTS` present, 0 when not counted yet).
+    UsageError (with the URL, redacted) when it cannot be read."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ..errors import UsageError
+    from ..urls import redact
+
+    target = url.rstrip("/")
+    if not target.endswith("/metrics"):
+        target += "/metrics"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            response = await client.get(target, headers=headers)
+    except httpx.HTTPError as exc:
+        raise UsageError(f"cannot read {redact(target)}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise UsageError(f"{redact(target)} answered {response.status_code}: {response.text[:200]}")
+    counts: dict[str, dict[str, int]] = {}
+    try:
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name == "dormant_mcp_total":
+                    server, event = sample.labels.get("server", "?"), sample.labels.get("event", "?")
+                    row = counts.setdefault(server, dict.fromkeys(MCP_EVENTS, 0))
+                    row[event] = int(sample.value)
+    except ValueError as exc:
+        raise UsageError(f"{redact(target)} is not Prometheus text: {exc}") from None
+    return dict(sorted(counts.items()))
+
+
+def mcp_rows(counts: dict[str, dict[str, int]]) -> list[tuple[str, str | Text]]:
+    """(label, value) rows of :func:`mcp_counts` for the status table."""
+    if not counts:
+        return [("MCP servers", "none counted by that process")]
+    rows: list[tuple[str, str | Text]] = []
+    for server, events in counts.items():
+        line = ", ".join(f"{event} {events.get(event, 0):,}" for event in MCP_EVENTS)
+        bad = events.get("failures", 0) or events.get("timeouts", 0)
+        rows.append((f"MCP {server}", Text(line, style="yellow") if bad else line))
+    return rows

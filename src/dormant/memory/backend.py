@@ -18,9 +18,12 @@ from .ranking import Candidate, FilterSpec
 from .records import MemoryChange, MemoryRecord
 
 Vector = tuple[float, ...]
-#: Given the valid records that share the new record's key (and those it names as
-#: replaced), the ids the new record supersedes.
-Decide = Callable[[MemoryRecord, Sequence[MemoryRecord]], Sequence[str]]
+#: Given the records that share the new record's key and are valid at or after its
+#: ``valid_from`` (and those it names as replaced): the ids the new record supersedes
+#: (each invalidated at the new record's ``valid_from``), and the time the new record
+#: itself stops being valid (a newer version exists already: a back-filled older
+#: record is stored as history), or None.
+Decide = Callable[[MemoryRecord, Sequence[MemoryRecord]], tuple[Sequence[str], float | None]]
 RebindMode = Literal["move", "link", "unlink", "merge"]
 
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
@@ -39,8 +39,10 @@ from .binding import (
 )
 from .dictionary import DEFAULT_PULL_WEIGHT, EMPTY, Dictionary
 from .embedder import Embedder
-from .fulltext import query_terms
-from .ranking import FilterSpec, RankingPolicy, SupersessionRules, check_tags, rank
+from .fulltext import mostly_cjk, query_terms
+from .intent import DEFAULT_VOCABULARY, NONE, IntentVocabulary, read_intent
+from .qcache import QueryCache
+from .ranking import Candidate, FilterSpec, RankingPolicy, SupersessionRules, check_tags, rank
 from .records import (
     MEMORY_KINDS,
     MemoryChange,
@@ -49,15 +51,17 @@ from .records import (
     MemoryRecord,
     NewMemory,
     Recall,
-    RecallHit,
     TagValue,
 )
+from .structure import order, recall_hits
 
 MAX_TEXT_CHARS = 8_000
 MAX_K = 100
 MAX_PAGE = 500
 MAX_BATCH = 1_000
 DICTIONARY_CACHE_TENANTS = 64
+#: the newest records a structural question or a text-only fallback reads per recall
+STRUCTURE_ROWS = 200
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +103,10 @@ class RecallMode:
     vector: bool = True
     dictionary: bool = True
     ranking: RankingPolicy | None = None
+    #: answer what structure can first (:mod:`~dormant.memory.structure`): the current
+    #: value of a key, the newest event of a kind; and fall back to recency when text
+    #: finds nothing
+    structure: bool = True
 
 
 HYBRID = RecallMode()
@@ -131,6 +139,9 @@ class MemoryCore:
         self.embedder = embedder
         self.config = config or MemoryConfig()
         self._dicts: OrderedDict[str, Dictionary] = OrderedDict()
+        self._vocabs: OrderedDict[int, tuple[Dictionary, IntentVocabulary]] = OrderedDict()
+        #: query vectors by text (bounded by entries and bytes)
+        self.queries = QueryCache()
         self._embedder_checked = False
         #: access counts of recalled records, written in batches off recall's path
         self.accesses = AccessCounts(backend.touch, self.config.touch_batch)
@@ -169,6 +180,11 @@ class MemoryCore:
         """The keys a read may see: ``keys`` (through moves) and the keys explicitly linked to them."""
         check_tenant_id(tenant)
         return self.backend.resolve_scope(tenant, self._keys(keys), self.config.max_scope_keys)
+
+    def dictionary_groups(self, tenant: str) -> list[list[str]]:
+        """The tenant's synonym groups as stored (the dictionary read back)."""
+        check_tenant_id(tenant)
+        return [list(g) for g in self.backend.load_dictionary(tenant)]
 
     def dictionary(self, tenant: str) -> Dictionary:
         """The tenant's dictionary (cached for :data:`DICTIONARY_CACHE_TENANTS` tenants)."""
@@ -223,7 +239,18 @@ class MemoryCore:
         if not 0.0 <= new.importance <= 1.0:
             raise InvalidInput("importance must be within 0..1")
         tags = check_tags(new.tags)
-        valid_from = now if new.valid_from is None else new.valid_from
+        rules = self.config.rules
+        if rules.key_tag in tags and not rules.by_kind.get(new.kind, False):
+            raise InvalidInput(
+                f"a {new.kind!r} record never supersedes, so it cannot carry the key tag "
+                f"{rules.key_tag!r} (use a kind that supersedes, such as 'fact', or another tag name)"
+            )
+        for name, value in (("valid_from", new.valid_from), ("observed_at", new.observed_at)):
+            if value is not None and not 0.0 <= value < 1e11:
+                raise InvalidInput(f"{name} must be Unix seconds, got {value!r}")
+        observed = new.observed_at if new.observed_at is not None else new.valid_from
+        observed = now if observed is None else observed
+        valid_from = observed if new.valid_from is None else new.valid_from
         return MemoryRecord(
             id=uuid.uuid4().hex,
             tenant=tenant,
@@ -236,7 +263,7 @@ class MemoryCore:
             importance=new.importance,
             source_thread=new.source_thread,
             source_seq=new.source_seq,
-            created_at=valid_from,
+            created_at=observed,
             valid_from=valid_from,
             content_hash=content_hash(new.kind, text, tags),
         )
@@ -268,7 +295,9 @@ class MemoryCore:
         rules = self.config.rules
         replaces = {i.record.id: i.replaces for i in items if i.replaces}
 
-        def decide(new: MemoryRecord, olds: Sequence[MemoryRecord]) -> list[str]:
+        def decide(new: MemoryRecord, olds: Sequence[MemoryRecord]) -> tuple[list[str], float | None]:
+            # versions of a key in valid_from order: the new record supersedes the older
+            # ones and is itself superseded by the first newer one (a back-fill is history)
             probe = NewMemory(
                 subject=new.subject,
                 kind=new.kind,
@@ -276,7 +305,18 @@ class MemoryCore:
                 tags=new.tags,
                 replaces=replaces.get(new.id, ()),
             )
-            return [o.id for o in olds if rules.supersedes(o, probe)]
+            gone: list[str] = []
+            until: float | None = None
+            for o in olds:
+                if o.id in probe.replaces:
+                    gone.append(o.id)
+                elif not rules.supersedes(o, probe):
+                    continue
+                elif o.valid_from > new.valid_from:
+                    until = o.valid_from if until is None else min(until, o.valid_from)
+                else:
+                    gone.append(o.id)
+            return gone, until
 
         gone = tuple(
             Forget(tuple(self.scope(tenant, keys)), record_id, reason[:500], t)
@@ -371,6 +411,7 @@ class MemoryCore:
         d = Dictionary(groups)
         self.backend.save_dictionary(tenant, [list(g) for g in d.groups])
         self._dicts.pop(tenant, None)
+        self.queries.clear()  # pulled query vectors depend on the dictionary
         return len(d)
 
     # -- reads ----------------------------------------------------------------------------
@@ -388,10 +429,16 @@ class MemoryCore:
         history: bool = False,
         now: float | None = None,
         mode: RecallMode = HYBRID,
+        explain: bool = False,
     ) -> Recall:
         """The ``k`` best records of the subject for ``query``, valid now (or at ``at``).
 
-        Structure filters in SQL; text and vector rank; fusion x decay x importance orders.
+        Structure filters in SQL; what the question asks of structure is answered first
+        (:mod:`~dormant.memory.intent`, :mod:`~dormant.memory.structure`); text and
+        vector rank the rest, fusion x decay x importance. ``at`` is the moment recalled:
+        validity is judged at it and decay measured from it; ``now`` is the clock
+        (default: the time of the call), used for both when ``at`` is None.
+        ``explain=True`` fills each hit's ``explain`` with the parts of its rank.
         """
         if not 1 <= k <= MAX_K:
             raise InvalidInput(f"k must be within 1..{MAX_K}")
@@ -409,9 +456,14 @@ class MemoryCore:
         if mode.vector and query.strip():
             if self.embedder is None:
                 degraded.append("no embedder configured: text + structure only")
+            elif not getattr(self.embedder, "reads_cjk", True) and mostly_cjk(query):
+                degraded.append(f"{self.embedder.name} does not read CJK text: text + structure only")
             else:
-                vecs = self._embed(tenant, [query], pull=mode.dictionary)
-                vector = vecs[0] if vecs else None
+                vector = self.queries.get(tenant, mode.dictionary, query)
+                vecs = [vector] if vector is not None else self._embed(tenant, [query], pull=mode.dictionary)
+                if vecs and vector is None:
+                    vector = vecs[0]
+                    self.queries.put(tenant, mode.dictionary, query, vector)
                 if vecs is None:
                     degraded.append("vector index unavailable (sqlite-vec not loaded): text + structure only")
         n = max(50, k * self.config.candidate_factor)
@@ -425,20 +477,42 @@ class MemoryCore:
             recent_limit=n if terms is None and vector is None else 0,
         )
         cands, more = self.backend.candidates(tenant, scope, search)
-        ranked = rank(cands, policy, now=t if at is None else at, k=k)
-        if self.config.touch_on_recall and ranked:
-            self.accesses.add(tenant, [s.candidate.record.id for s in ranked], t)
-        hits = tuple(
-            RecallHit(
-                record=s.candidate.record,
-                score=s.score,
-                text_rank=s.candidate.text_rank,
-                vector_rank=s.candidate.vector_rank,
-                decay=s.decay,
-            )
-            for s in ranked
+        ref = t if at is None else at
+        intent = read_intent(query, self._vocabulary(d)) if mode.structure else NONE
+        others: list[Candidate] = []
+        if mode.structure and (intent.structural or (not cands and search.recent_limit == 0)):
+            # the subject's newest records: structure's answers, or recency when text found nothing
+            recent = replace(search, terms=None, vector=None, recent_limit=STRUCTURE_ROWS)
+            seen = {c.record.id for c in cands}
+            others = [c for c in self.backend.candidates(tenant, scope, recent)[0] if c.record.id not in seen]
+        if not cands:  # the hybrid tier takes the newest records only when nothing matched
+            cands, others = others, []
+        rules = self.config.rules
+        ranked = order(
+            rank(cands, policy, now=ref, k=len(cands)),
+            intent,
+            ref=ref,
+            k=k,
+            key_tag=rules.key_tag,
+            type_tag=rules.type_tag,
+            extra=rank(others, policy, now=ref, k=len(others)),
         )
+        if self.config.touch_on_recall and ranked:
+            self.accesses.add(tenant, [s.candidate.record.id for s, _ in ranked], t)
+        hits = recall_hits(ranked, intent, explain=explain)
         return Recall(hits=hits, degraded=tuple(dict.fromkeys([*degraded, *more])))
+
+    def _vocabulary(self, d: Dictionary) -> IntentVocabulary:
+        """The intent vocabulary extended by dictionary ``d`` (kept per dictionary)."""
+        if not len(d):
+            return DEFAULT_VOCABULARY
+        vocab = self._vocabs.get(id(d))
+        if vocab is None or vocab[0] is not d:
+            vocab = (d, DEFAULT_VOCABULARY.extended(d.groups))
+            self._vocabs[id(d)] = vocab
+            while len(self._vocabs) > DICTIONARY_CACHE_TENANTS:
+                self._vocabs.popitem(last=False)
+        return vocab[1]
 
     def get(
         self, tenant: str, keys: Sequence[str], record_id: str, *, with_vector: bool = False

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..errors import InvalidInput
-from .fulltext import words
+from .fulltext import CJK_RUN, words
 
 MAX_GROUPS = 10_000
 MAX_TERMS = 32
@@ -61,19 +61,34 @@ class Dictionary:
         self.groups: tuple[tuple[str, ...], ...] = tuple(built)
         self.pull_weight = pull_weight
         self._index = {t: tuple(g) for t, g in index.items()}
+        # terms with CJK characters, by their first character: found inside a sentence
+        # (Chinese has no spaces between words, so a whole-word match would never fire)
+        cjk: dict[str, list[str]] = {}
+        for t in index:
+            if CJK_RUN.search(t):
+                cjk.setdefault(t[0], []).append(t)
+        self._cjk = {c: tuple(sorted(ts, key=len, reverse=True)) for c, ts in cjk.items()}
         self._vectors: dict[int, Vector] = {}
 
     def __len__(self) -> int:
         return len(self.groups)
 
     def matches(self, text: str) -> list[int]:
-        """Indexes of the groups one of whose terms occurs in ``text`` (whole words)."""
+        """Indexes of the groups one of whose terms occurs in ``text``: whole words, and
+        a CJK term anywhere in a sentence."""
         toks = words(text)
         found: dict[int, None] = {}
         for n in range(1, MAX_TERM_WORDS + 1):
             for i in range(len(toks) - n + 1):
                 for g in self._index.get(" ".join(toks[i : i + n]), ()):
                     found[g] = None
+        if self._cjk:
+            folded = " ".join(toks)
+            for i, ch in enumerate(folded):
+                for term in self._cjk.get(ch, ()):
+                    if folded.startswith(term, i):
+                        for g in self._index[term]:
+                            found[g] = None
         return list(found)
 
     def expand(self, text: str) -> list[list[str]]:

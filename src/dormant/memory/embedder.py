@@ -24,7 +24,7 @@ import threading
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..errors import UsageError
 from .fulltext import words
@@ -151,6 +151,10 @@ class MiniLMEmbedder:
     file's sha256 is checked at load. ``threads`` bounds onnxruntime's intra-op threads.
     """
 
+    #: its WordPiece vocabulary is English: most CJK characters are its unknown token, so a
+    #: Chinese query's vector says nothing (recall ranks such a query by text + structure)
+    reads_cjk = False
+
     def __init__(self, *, batch: int = DEFAULT_BATCH, threads: int = 1, model_path: Path | None = None):
         self._batch = max(1, batch)
         self._threads = max(1, threads)
@@ -241,3 +245,24 @@ class MiniLMEmbedder:
 def default_embedder() -> Embedder:
     """The embedder a runtime uses unless told otherwise: MiniLM (loaded on first use)."""
     return MiniLMEmbedder()
+
+
+#: The embedder names every constructor accepts: ``"none"`` (text + structure only, no
+#: vectors), ``"hashing"`` (:class:`HashingEmbedder`, no model), ``"minilm"`` (the default)
+EmbedderName = Literal["none", "hashing", "minilm"]
+EMBEDDER_NAMES: tuple[str, ...] = ("none", "hashing", "minilm")
+
+
+def resolve_embedder(choice: Embedder | str | None) -> Embedder | None:
+    """The embedder ``choice`` names: None means the default (MiniLM, loaded on first use),
+    a name of :data:`EMBEDDER_NAMES` its embedder (``"none"``: None, no vectors), an
+    embedder itself. UsageError for another name."""
+    if choice is None or choice == "minilm":
+        return MiniLMEmbedder()
+    if isinstance(choice, str):
+        if choice == "none":
+            return None
+        if choice == "hashing":
+            return HashingEmbedder()
+        raise UsageError(f"unknown embedder {choice!r}: one of {', '.join(EMBEDDER_NAMES)}, or an Embedder")
+    return choice

@@ -12,6 +12,7 @@ another tenant's view over the same core.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..errors import UsageError
 from .backend import AddResult, MemoryBackend, RebindMode
 from .core import HYBRID, MemoryConfig, MemoryCore, RecallMode
 from .dictionary import load_dictionary
-from .embedder import Embedder, MiniLMEmbedder
+from .embedder import Embedder, EmbedderName, MiniLMEmbedder, resolve_embedder
 from .ranking import FilterSpec
 from .records import (
     DEFAULT_TENANT,
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
 
 #: Tenant handles a memory keeps (each a few hundred bytes).
 MAX_TENANT_HANDLES = 256
+#: A subject: its binding key, or its identity parts (``{"phone": ..., "device": ...}``),
+#: bound here by :meth:`Memory.bind`
+Subject = str | Mapping[str, str]
+#: The subjects a read sees: binding keys, one key, or one identity's parts
+Subjects = Sequence[str] | Mapping[str, str]
 
 
 async def _tenant_id(store: Store | None, tenant: str) -> str:
@@ -97,30 +103,32 @@ class Memory:
         cls,
         store: Store,
         *,
-        embedder: Embedder | None = None,
+        embedder: Embedder | EmbedderName | None = None,
         config: MemoryConfig | None = None,
         tenant: str = DEFAULT_TENANT,
     ) -> Memory:
-        """Memory over an open store's rows (``embedder=None``: MiniLM, loaded on first use).
+        """Memory over an open store's rows. ``embedder``: an embedder, or ``"minilm"``
+        (the default, also meant by None: loaded on first use), ``"hashing"`` (no model) or
+        ``"none"`` (no vectors: recall by text, structure and recency).
 
         The store stays the caller's: :meth:`close` flushes access counts, it does not
         close the store."""
         tenant_id = await _tenant_id(store, tenant)
         backend: MemoryBackend = await asyncio.to_thread(store.memory_rows)
-        chosen = embedder if embedder is not None else MiniLMEmbedder()
-        return cls(MemoryCore(backend, chosen, config), tenant=tenant_id, store=store)
+        return cls(MemoryCore(backend, resolve_embedder(embedder), config), tenant=tenant_id, store=store)
 
     @classmethod
     async def open(
         cls,
         url: str,
         *,
-        embedder: Embedder | None = None,
+        embedder: Embedder | EmbedderName | None = None,
         config: MemoryConfig | None = None,
         tenant: str = DEFAULT_TENANT,
     ) -> Memory:
         """Memory on a store URL (``sqlite:///path``, ``memory://``, ``postgresql://...``):
-        opens (creating or migrating) the store, which :meth:`close` closes."""
+        opens (creating or migrating) the store, which :meth:`close` closes. ``embedder``
+        as for :meth:`on_store`."""
         from ..store import open_store
 
         store = open_store(url)
@@ -150,7 +158,7 @@ class Memory:
 
     async def add(
         self,
-        subject: str,
+        subject: Subject,
         text: str,
         *,
         kind: MemoryKind = "fact",
@@ -160,10 +168,20 @@ class Memory:
         agent: str | None = None,
         thread: str | None = None,
         source_seq: int | None = None,
+        valid_from: float | None = None,
+        observed_at: float | None = None,
         actor: str = "api",
     ) -> AddResult:
-        """Store one memory durably (returns after COMMIT); it may supersede older ones."""
+        """Store one memory durably (returns after COMMIT); it may supersede older ones.
+
+        ``valid_from``: when it became true; ``observed_at``: when it was seen (Unix
+        seconds; each defaults to the other, then to now). Versions of a key supersede
+        in ``valid_from`` order, so an older record added later is stored as history.
+        ``subject``: a binding key or identity parts (bound by :meth:`bind`)."""
+        (subject,) = await self._keys(subject)
         new = NewMemory(
+            valid_from=valid_from,
+            observed_at=observed_at,
             subject=subject,
             kind=kind,
             text=text,
@@ -183,7 +201,7 @@ class Memory:
 
     async def recall(
         self,
-        subject_keys: Sequence[str],
+        subject_keys: Subjects,
         query: str = "",
         *,
         tags: Mapping[str, TagValue] | None = None,
@@ -192,8 +210,13 @@ class Memory:
         at: float | None = None,
         history: bool = False,
         mode: RecallMode = HYBRID,
+        now: float | None = None,
+        explain: bool = False,
     ) -> Recall:
-        """The best ``k`` memories of the subject(s) for ``query`` (see :meth:`MemoryCore.recall`)."""
+        """The best ``k`` memories of the subject(s) for ``query`` (see :meth:`MemoryCore.recall`):
+        ``at`` the moment recalled (validity and decay), ``now`` the clock, ``explain``
+        the parts of each hit's rank."""
+        subject_keys = await self._keys(subject_keys)
         return await asyncio.to_thread(
             self.core.recall,
             self.tenant,
@@ -205,45 +228,55 @@ class Memory:
             at=at,
             history=history,
             mode=mode,
+            now=now,
+            explain=explain,
         )
 
-    async def get(self, subject_keys: Sequence[str], record_id: str) -> MemoryRecord:
+    async def get(self, subject_keys: Subjects, record_id: str) -> MemoryRecord:
         """One record of the subject(s); NotFound outside the scope."""
-        return await asyncio.to_thread(self.core.get, self.tenant, subject_keys, record_id)
+        keys = await self._keys(subject_keys)
+        return await asyncio.to_thread(self.core.get, self.tenant, keys, record_id)
 
     async def list(
         self,
-        subject_keys: Sequence[str],
+        subject_keys: Subjects,
         *,
         spec: FilterSpec | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> MemoryPage[MemoryRecord]:
         """The subject's records, newest first, one page."""
+        subject_keys = await self._keys(subject_keys)
         return await asyncio.to_thread(
             self.core.list, self.tenant, subject_keys, spec=spec, cursor=cursor, limit=limit
         )
 
     async def history(
         self,
-        subject_keys: Sequence[str],
+        subject_keys: Subjects,
         *,
         record_id: str | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> MemoryPage[MemoryChange]:
         """The history of the subject (or of one record), oldest first, one page."""
+        subject_keys = await self._keys(subject_keys)
         return await asyncio.to_thread(
             self.core.history, self.tenant, subject_keys, record_id=record_id, cursor=cursor, limit=limit
         )
 
     async def forget(
-        self, subject_keys: Sequence[str], record_id: str, *, reason: str = "", actor: str = "api"
+        self, subject_keys: Subjects, record_id: str, *, reason: str = "", actor: str = "api"
     ) -> None:
         """Invalidate one record (kept in the history)."""
-        await asyncio.to_thread(
-            self.core.forget, self.tenant, subject_keys, record_id, actor=actor, reason=reason
-        )
+        keys = await self._keys(subject_keys)
+        await asyncio.to_thread(self.core.forget, self.tenant, keys, record_id, actor=actor, reason=reason)
+
+    async def _keys(self, subjects: Subjects | str) -> builtins.list[str]:
+        """Binding keys of ``subjects``: keys as given, identity parts bound by :meth:`bind`."""
+        if isinstance(subjects, Mapping):
+            return [await self.bind(subjects)]
+        return [subjects] if isinstance(subjects, str) else builtins.list(subjects)
 
     async def bind(self, parts: Mapping[str, str]) -> str:
         """The binding key of identity ``parts`` (registered for partial lookups through links)."""
@@ -265,6 +298,10 @@ class Memory:
         """Replace the tenant's synonym groups from a file (JSON/TOML/CSV) or a list of groups."""
         groups = load_dictionary(source) if isinstance(source, Path) else [list(g) for g in source]
         return await asyncio.to_thread(self.core.save_dictionary, self.tenant, groups)
+
+    async def dictionary(self) -> builtins.list[builtins.list[str]]:
+        """The tenant's synonym groups, as stored."""
+        return await asyncio.to_thread(self.core.dictionary_groups, self.tenant)
 
     def status(self) -> MemoryStatus:
         """The embedder (loaded or not, its RSS) and whether vector search works."""

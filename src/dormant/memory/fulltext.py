@@ -18,8 +18,11 @@ _CJK = (
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
     "\uac00-\ud7af"  # hangul syllables
 )
-_CJK_RUN = re.compile(f"[{_CJK}]+")
-_WORD = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
+CJK_RUN = re.compile(f"[{_CJK}]+")
+_CJK_RUN = CJK_RUN
+#: a CJK run, or a run of other word characters (a CJK character ends it: ``ORD-1发货``
+#: is ``ord``, ``1``, ``发货``, not one word ``1发货`` that matches nothing)
+_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
 MAX_QUERY_TERMS = 64
 #: Words too common to rank by; they are dropped from queries (never from the index).
 _STOP = (
@@ -28,6 +31,13 @@ _STOP = (
     "they this to was we were what when where which who why will with would you your"
 )
 STOPWORDS = frozenset(_STOP.split())
+#: Chinese question and function bigrams ("whether", "what", "how", "did ... yet"):
+#: a Chinese question has no spaces, so they would otherwise be query terms
+_CJK_STOP = (
+    "有没 没有 是不 不是 什么 怎么 哪个 哪些 哪里 是否 能否 可以 应该 一下 了吗 过吗 的吗 了没 是什 么样 "
+    "请问 一个 这个 那个 我们 你们 他们 它们 的是 是的 一次"
+)
+CJK_STOP = frozenset(_CJK_STOP.split())
 
 
 def _bigrams(run: str) -> list[str]:
@@ -47,13 +57,14 @@ def words(text: str) -> list[str]:
 
 
 def query_terms(text: str) -> list[str]:
-    """The terms a query searches for: words without stopwords, CJK runs as bigrams, each once."""
+    """The terms a query searches for: words without stopwords, CJK runs as bigrams
+    without question bigrams (:data:`CJK_STOP`), each once."""
     out: list[str] = []
     seen: set[str] = set()
     for w in words(text):
         parts = _bigrams(w) if _CJK_RUN.fullmatch(w) else [w]
         for p in parts:
-            if p in STOPWORDS or p in seen:
+            if p in STOPWORDS or p in CJK_STOP or p in seen:
                 continue
             seen.add(p)
             out.append(p)
@@ -76,3 +87,10 @@ def match_expr(groups: list[list[str]]) -> str | None:
         if terms:
             alts.append(terms[0] if len(terms) == 1 else "(" + " OR ".join(terms) + ")")
     return " OR ".join(alts) if alts else None
+
+
+def mostly_cjk(text: str) -> bool:
+    """Whether most of ``text``'s letters are CJK characters."""
+    cjk = sum(len(m) for m in CJK_RUN.findall(text))
+    other = sum(len(w) for w in words(text) if not CJK_RUN.fullmatch(w) and not w.isdigit())
+    return cjk > other

@@ -11,11 +11,11 @@ final order:
   cosine distance never have to be put on one scale. k = 1 rather than the usual
   60 because the fused score is multiplied by decay: at k = 60 ranks 1..10 differ
   by ~15 %, so any decay that spans more than that overrides relevance; at k = 1
-  rank 1 scores 5.5x rank 10 and λ = 0.001 only reorders near-ties (measured in
+  rank 1 scores 5.5x rank 10 and a small λ only reorders near-ties (measured in
   BENCHMARKS.md). ``"weighted"`` (min-max normalized bm25 and cosine similarity,
   weighted) is the alternative.
 * **Decay** is ``1 / (1 + λ·hours)``, λ per kind (:attr:`RankingPolicy.lambdas`),
-  default 0.001 (:data:`DEFAULT_LAMBDA`). The hours run from the record's creation
+  default 0.0001 (:data:`DEFAULT_LAMBDA`). The hours run from the record's creation
   by default (``decay_from="created"``): a record that is recalled often should not
   look younger than it is, and the benchmark measures both.
 * **Importance** (0..1, default 0.5) multiplies by ``1 + weight·(importance - 0.5)``.
@@ -39,9 +39,11 @@ DecayFrom = Literal["created", "access"]
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_TAGS = 32
 MAX_TAG_VALUE_CHARS = 256
-#: λ per hour, the issue's 0.001: with k = 1 fusion it lifts the newest of similar
-#: events (the "last call" queries: 0.36 -> 0.70 recall@5) and costs the facts little.
-DEFAULT_LAMBDA = 0.001
+#: λ per hour. 0.001 lifted the newest of similar events when ranking alone had to
+#: answer "the last call"; now that structure answers "latest" questions first
+#: (:mod:`~dormant.memory.structure`), 0.0001 (half-weight after ~14 months) keeps
+#: relevance ahead of age: recall@1 0.91 -> 0.99 on the bench (BENCHMARKS.md).
+DEFAULT_LAMBDA = 0.0001
 #: the reciprocal-rank constant (see the module docstring)
 DEFAULT_RRF_K = 1.0
 
@@ -149,6 +151,9 @@ class Scored:
     candidate: Candidate
     score: float
     decay: float
+    #: the fused relevance (1.0 for a candidate in neither list) and the importance multiplier
+    fused: float = 1.0
+    importance: float = 1.0
 
 
 def _fused(cands: Sequence[Candidate], policy: RankingPolicy) -> list[float]:
@@ -184,7 +189,8 @@ def rank(cands: Sequence[Candidate], policy: RankingPolicy, *, now: float, k: in
     for c, f in zip(cands, fused, strict=True):
         base = f if (c.text_rank is not None or c.vector_rank is not None) else 1.0
         d = decay(policy.age_hours(c.record, now), policy.lam(c.record.kind)) if policy.use_decay else 1.0
-        scored.append(Scored(c, base * d * policy.importance(c.record), d))
+        imp = policy.importance(c.record)
+        scored.append(Scored(c, base * d * imp, d, base, imp))
     scored.sort(key=lambda s: (-s.score, -s.candidate.record.created_at, s.candidate.record.id))
     return scored[:k]
 
@@ -221,10 +227,12 @@ class SupersessionRules:
         return None if value is None else f"{type(value).__name__}:{value}"
 
     def supersedes(self, old: MemoryRecord, new: NewMemory) -> bool:
-        """Whether ``new`` invalidates ``old`` (same subject is the caller's business)."""
+        """Whether ``new`` is a version of the same fact as ``old`` that may supersede it
+        (same subject is the caller's business; which of the two is newer, by
+        ``valid_from``, is the core's)."""
         if old.id in new.replaces:
             return True
-        if old.kind != new.kind or old.invalid_at is not None:
+        if old.kind != new.kind:
             return False
         key = self.key_of(new.kind, new.tags)
         if key is None or key != self.key_of(old.kind, old.tags):

@@ -41,7 +41,10 @@ class MemoryRecord(msgspec.Struct, frozen=True, kw_only=True):
     importance: float = 0.5
     source_thread: str | None = None
     source_seq: int | None = None
+    #: when the record was last observed: its add, or a later identical add (a repeat
+    #: refreshes it); decay runs from it
     created_at: float = 0.0
+    #: when the fact became true; versions of one key supersede in ``valid_from`` order
     valid_from: float = 0.0
     invalid_at: float | None = None
     last_access_at: float | None = None
@@ -55,7 +58,13 @@ class MemoryRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class NewMemory(msgspec.Struct, frozen=True, kw_only=True):
-    """A memory to add. ``replaces`` names records this one explicitly supersedes."""
+    """A memory to add. ``replaces`` names records this one explicitly supersedes.
+
+    ``valid_from``: when the fact became true (default: ``observed_at``, else the add's
+    time); ``observed_at``: when it was seen (default: ``valid_from``, else the add's
+    time). A record whose ``valid_from`` is older than a stored version of its key is
+    stored as history, already superseded by that version.
+    """
 
     subject: str
     text: str
@@ -67,6 +76,7 @@ class NewMemory(msgspec.Struct, frozen=True, kw_only=True):
     source_thread: str | None = None
     source_seq: int | None = None
     valid_from: float | None = None
+    observed_at: float | None = None
     replaces: tuple[str, ...] = ()
 
 
@@ -91,6 +101,11 @@ class RecallHit(msgspec.Struct, frozen=True, kw_only=True):
     text_rank: int | None = None
     vector_rank: int | None = None
     decay: float = 1.0
+    #: with ``explain=True``: why it ranked here (``structure``: the structural reason or
+    #: ``""``; ``tier``: 0 for a structural answer, 1 for the hybrid ranking; ``fused``,
+    #: ``decay``, ``importance``, ``score``: the parts of the score; ``intent``: what the
+    #: question was read to ask)
+    explain: dict[str, str | float | int | None] | None = None
 
 
 class Recall(msgspec.Struct, frozen=True, kw_only=True):

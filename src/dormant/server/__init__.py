@@ -8,7 +8,8 @@ exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses
 before parsing), :mod:`.validation` (the one text check), :mod:`.problems` (errors as
 JSON), :mod:`.access` (access log, request ids, HTTP metrics), :mod:`.guard` (header
 caps and read timeouts of a connection), :mod:`.tokens` and :mod:`.stream_auth`
-(event-stream tokens), :mod:`.cors` (browser origins). ``dormant tenants`` is :mod:`dormant.cli.tenants`.
+(event-stream tokens), :mod:`.cors` (browser origins), :mod:`.ui` (the dashboard at
+``/ui``). ``dormant tenants`` is :mod:`dormant.cli.tenants`.
 
 May import: the runtime, ops (the exporter, workers), the store protocol, long-term
 memory's handle and the root's vocabulary; never the CLI.

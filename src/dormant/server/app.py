@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials
+from starlette.routing import Route
 
 from ..ops.exporter import Exporter, render
 from ..runtime import Runtime
@@ -71,18 +72,26 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         tokens=StreamTokens.from_secret(config.stream_token_secret, config.stream_token_ttl_s),
         http=HttpMetrics(exporter.registry),
     )
+    from .mcp.http import McpEndpoint  # dormant's MCP server, loaded with the web stack only
+
+    mcp_endpoint = McpEndpoint(runtime, quotas=quotas, hub=hub)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await runtime.open()
         runtime.on_change = hub.changed
         runtime.on_delta = hub.delta
+        runtime.dispatcher.on_progress = hub.tool_progress
         stop = asyncio.Event()
         poller = asyncio.create_task(hub.poll(stop), name="dormant-hub-poll")
+        sampling = None
+        if state.ui_sampler is not None:
+            sampling = asyncio.create_task(state.ui_sampler.run(stop), name="dormant-ui-samples")
         if config.run_slices:
             state.run_task = asyncio.create_task(runtime.run(), name="dormant-runtime")
         try:
-            yield
+            async with mcp_endpoint.run():
+                yield
         finally:
             stop.set()
             runtime.stop()
@@ -92,8 +101,11 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
                 except Exception as exc:
                     log.error("runtime_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
             await poller
+            if sampling is not None:
+                await sampling
             runtime.on_change = None
             runtime.on_delta = None
+            runtime.dispatcher.on_progress = None
             await runtime.close()
 
     app = FastAPI(
@@ -145,14 +157,26 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
             return PlainTextResponse(f"{type(exc).__name__}: {exc}\n", status_code=503)
         return Response(body, media_type=content_type)
 
-    app.include_router(routes.router)
-    app.include_router(streams.router)
-    app.include_router(stream_auth.router)
-    app.include_router(memory_routes.router)
-    app.include_router(openai_chat.router)
-    app.include_router(openai_responses.router)
-    app.include_router(openai_stored.router)
-    app.include_router(openai_models.router)
+    if config.ui or config.ui_only:
+        from .ui import Sampler, Sessions, manage, pages
+
+        # one secret for every serve behind an address: derived from the stream-token secret
+        secret = config.stream_token_secret
+        state.ui_sessions = Sessions(Sessions.derive(secret) if secret else None)
+        state.ui_sampler = Sampler(runtime, every_s=config.ui_sample_s, keep=config.ui_samples)
+        app.include_router(pages.router)
+        app.include_router(manage.router)
+    if not config.ui_only:
+        app.include_router(routes.router)
+        app.include_router(streams.router)
+        app.include_router(stream_auth.router)
+        app.include_router(memory_routes.router)
+        app.include_router(openai_chat.router)
+        app.include_router(openai_responses.router)
+        app.include_router(openai_stored.router)
+        app.include_router(openai_models.router)
+        # MCP over streamable HTTP (POST; GET and DELETE answer 405 in stateless mode)
+        app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024
     app.add_middleware(TextGuard)  # inside BodyLimit: it checks the body BodyLimit bounded
     app.add_middleware(BodyLimit, max_bytes=max_body)

@@ -3,12 +3,13 @@
 Durable events (messages, status) are never held here: a connection reads them from
 the store itself, by pages, from the last seq it sent, so a slow or reconnecting
 client costs the server one page at a time and replay needs nothing but the store.
-The hub only carries *wake-ups* and the live model text of a running slice
-(``delta`` events, which are not durable). Each subscriber holds at most
-``queue_bytes`` of live text; one that falls further behind is marked dropped with
-a reason and its connection ends (the client resumes with ``Last-Event-ID`` from the
-store). Pushing is O(1) per subscriber and never waits, so a slice is never slowed
-by a client.
+The hub only carries *wake-ups*, the live model text of a running slice
+(``delta`` events) and the progress of running tool calls (``progress`` events: the
+newest per call, for at most :data:`MAX_PROGRESS_CALLS` calls), none of it durable.
+Each subscriber holds at most ``queue_bytes`` of live text; one that falls further
+behind is marked dropped with a reason and its connection ends (the client resumes
+with ``Last-Event-ID`` from the store). Pushing is O(1) per subscriber and never
+waits, so a slice is never slowed by a client.
 
 Wake-ups come from the runtime's ``on_change`` hook (slices of this process) and
 from a poll of the watched threads' rows every ``poll_s`` (slices of other
@@ -26,14 +27,27 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from ..errors import Overloaded
 from ..models.base import ModelEvent, TextDelta
 from ..records import Thread
+from ..tools.spec import ToolProgress
 
 log = logging.getLogger("dormant.server.hub")
+
+#: Running calls whose newest progress one subscriber keeps at most.
+MAX_PROGRESS_CALLS = 32
 
 
 class Subscriber:
     """One connection's interest in one thread: a wake flag and a byte-bounded text queue."""
 
-    __slots__ = ("deltas", "dropped", "queue_bytes", "queued_bytes", "rolled_back", "thread_id", "wake")
+    __slots__ = (
+        "deltas",
+        "dropped",
+        "progress",
+        "queue_bytes",
+        "queued_bytes",
+        "rolled_back",
+        "thread_id",
+        "wake",
+    )
 
     def __init__(self, thread_id: str, queue_bytes: int) -> None:
         self.thread_id = thread_id
@@ -43,6 +57,9 @@ class Subscriber:
         self.queued_bytes = 0
         self.dropped: str | None = None
         self.rolled_back = False  # the live text sent so far was discarded (an interrupted slice)
+        #: the newest progress of each running call not yet sent (bounded: the oldest
+        #: call's goes first)
+        self.progress: dict[str, ToolProgress] = {}
 
     def push(self, text: str) -> None:
         """Queue live text; over the byte cap, drop the subscriber instead (never wait)."""
@@ -57,6 +74,22 @@ class Subscriber:
             self.deltas.append(text)
             self.queued_bytes += size
         self.wake.set()
+
+    def push_progress(self, event: ToolProgress) -> None:
+        """Keep ``event`` as its call's newest progress (replacing an unsent older one)."""
+        if self.dropped is not None:
+            return
+        self.progress.pop(event.call_id, None)
+        if len(self.progress) >= MAX_PROGRESS_CALLS:
+            del self.progress[next(iter(self.progress))]
+        self.progress[event.call_id] = event
+        self.wake.set()
+
+    def take_progress(self) -> list[ToolProgress]:
+        """The progress events queued, oldest call first (then none are)."""
+        items = list(self.progress.values())
+        self.progress.clear()
+        return items
 
     def take(self) -> list[str]:
         """Everything queued, oldest first (the queue is then empty)."""
@@ -143,6 +176,12 @@ class Hub:
         if subs and type(event) is TextDelta and event.text:
             for sub in subs:
                 sub.push(event.text)
+
+    def tool_progress(self, thread_id: str, event: ToolProgress) -> None:
+        """Queue a running call's progress for the thread's subscribers (the dispatcher's
+        ``on_progress`` hook); rate-limited per call where it is reported."""
+        for sub in self._subs.get(thread_id, ()):
+            sub.push_progress(event)
 
     async def poll(self, stop: asyncio.Event) -> None:
         """Wake subscribers of threads whose row changed (seq, status, open calls), every ``poll_s``.

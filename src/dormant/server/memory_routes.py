@@ -13,16 +13,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from ..errors import InvalidInput
 from ..memory.facade import Memory
+from . import calls
 from .memory_schemas import (
     KEY_PATTERN,
     AddOut,
     BindOut,
-    ChangeOut,
     ChangePage,
-    HitOut,
-    Identity,
     MemoryAdd,
     MemoryBind,
     MemoryRebind,
@@ -41,41 +38,20 @@ RecordId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 async def memory_of(request: Request, scope: TenantScope) -> Memory:
     """The runtime's memory as the caller's tenant sees it."""
-    return await runtime_of(request).memory.for_tenant(scope.tenant_id)
-
-
-async def subject_keys(memory: Memory, keys: list[str], identity: Identity | None) -> list[str]:
-    """The binding keys a body names: its keys, or its identity parts bound."""
-    return [await memory.bind(identity)] if identity is not None else list(keys)
+    return await calls.memory_of(runtime_of(request), scope)
 
 
 @router.post("", status_code=201, response_model=AddOut)
 async def add_memory(request: Request, scope: TenantScope, body: MemoryAdd) -> AddOut:
     """Store one memory of a subject durably; it may supersede older ones (``replaces``)
     or merge into an equal one (``duplicate``)."""
-    memory = await memory_of(request, scope)
-    (subject,) = await subject_keys(memory, [body.subject] if body.subject else [], body.identity)
-    result = await memory.add(
-        subject,
-        body.text,
-        kind=body.kind,
-        tags=body.tags,
-        importance=body.importance,
-        replaces=body.replaces,
-        actor="http",
-    )
-    return AddOut.of(result)
+    return await calls.add_memory(await memory_of(request, scope), body, actor="http")
 
 
 @router.post("/recall", response_model=RecallOut)
 async def recall_memory(request: Request, scope: TenantScope, body: MemoryRecall) -> RecallOut:
     """The best ``k`` memories of the subject(s) for ``query``, best first."""
-    memory = await memory_of(request, scope)
-    keys = await subject_keys(memory, body.subjects, body.identity)
-    recall = await memory.recall(
-        keys, body.query, tags=body.tags, kinds=body.kinds, k=body.k, at=body.at, history=body.history
-    )
-    return RecallOut(items=[HitOut.of(h) for h in recall.hits], degraded=list(recall.degraded))
+    return await calls.recall_memory(await memory_of(request, scope), body)
 
 
 @router.get("/{record_id}/history", response_model=ChangePage)
@@ -90,12 +66,7 @@ async def memory_history(
     """One page of a record's changes, oldest first; ``subject``: its binding key(s).
     404 for a record the tenant does not have under those keys."""
     memory = await memory_of(request, scope)
-    for key in subject:
-        if not _KEY.match(key):
-            raise InvalidInput("subject: not a binding key")
-    await memory.get(subject, record_id)  # NotFound outside the tenant and subject
-    page = await memory.history(subject, record_id=record_id, cursor=cursor, limit=limit)
-    return ChangePage(items=[ChangeOut.of(c) for c in page.items], next_cursor=page.next_cursor)
+    return await calls.record_history(memory, subject, record_id, cursor=cursor, limit=limit)
 
 
 @router.post("/bind", response_model=BindOut)

@@ -43,6 +43,12 @@ class MemoryAdd(Body):
     tags: Tags = Field(default_factory=dict, description="typed tags (at most a few dozen)")
     importance: float = Field(0.5, ge=0.0, le=1.0)
     replaces: list[str] = Field(default_factory=list, max_length=100, description="ids this supersedes")
+    valid_from: float | None = Field(
+        None, ge=0, le=1e11, description="UNIX time it became true (default: observed_at, else now)"
+    )
+    observed_at: float | None = Field(
+        None, ge=0, le=1e11, description="UNIX time it was seen (default: valid_from, else now)"
+    )
 
     @model_validator(mode="after")
     def _subject(self) -> MemoryAdd:
@@ -61,6 +67,7 @@ class MemoryRecall(Body):
     k: int = Field(5, ge=1, le=100)
     at: float | None = Field(None, ge=0, le=1e11, description="as of this UNIX time (default: now)")
     history: bool = Field(False, description="also records superseded or forgotten by ``at``")
+    explain: bool = Field(False, description="each hit with the parts of its rank")
 
     @model_validator(mode="after")
     def _subject(self) -> MemoryRecall:
@@ -143,11 +150,14 @@ class HitOut(BaseModel):
 
     record: MemoryOut
     score: float
+    #: with ``explain``: structure (its reason, "" for the hybrid tier), tier, text_rank,
+    #: vector_rank, fused, decay, importance, score, intent
+    explain: dict[str, str | float | int | None] | None = None
 
     @classmethod
     def of(cls, hit: RecallHit) -> HitOut:
         """The wire form of ``hit``."""
-        return cls(record=MemoryOut.of(hit.record), score=hit.score)
+        return cls(record=MemoryOut.of(hit.record), score=hit.score, explain=hit.explain)
 
 
 class RecallOut(BaseModel):

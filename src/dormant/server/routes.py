@@ -14,21 +14,18 @@ from typing import Annotated, Literal
 import msgspec
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
-from ..errors import Busy, IdempotencyMismatch, PayloadTooLarge, UsageError
 from ..memory.registers import SUBJECT_KEY
-from ..records import NewInput, Priority
 from ..runtime import Runtime
 from ..store.base import MAX_PAGE
 from ..tenants.scope import Scope
 from ..tools.blobs import MAX_READ
-from .idempotency import body_fingerprint
+from . import calls
+from .calls import agent_name
 from .schemas import (
     AdmissionOut,
     ErrorBody,
     InputCreate,
-    MessageOut,
     MessagePage,
-    PrunedOut,
     RegistersOut,
     StatusOut,
     ThreadCreate,
@@ -37,7 +34,7 @@ from .schemas import (
     ToolResultIn,
 )
 from .state import state_of, tenant_scope
-from .uploads import admit_parts, served_type
+from .uploads import served_type
 
 ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 422, 429, 503)
@@ -62,19 +59,9 @@ def runtime_of(request: Request) -> Runtime:
     return state_of(request).runtime
 
 
-def agent_name(rt: Runtime, agent: str | None) -> str:
-    """``agent`` (or the default agent), checked to exist."""
-    name = agent or rt.default_agent
-    if name not in rt.agents:
-        raise UsageError(f"unknown agent {name!r} (this server hosts: {', '.join(sorted(rt.agents))})")
-    return name
-
-
 def check_size(request: Request, content: str) -> None:
     """PayloadTooLarge (413) for content over the runtime's input limit."""
-    limit = state_of(request).max_input_bytes
-    if len(content.encode()) > limit:
-        raise PayloadTooLarge(f"content over {limit} bytes")
+    calls.check_size(runtime_of(request), content)
 
 
 @router.post("/threads", status_code=201, response_model=ThreadOut)
@@ -109,8 +96,7 @@ async def list_threads(
 @router.get("/threads/{thread_id}", response_model=ThreadOut)
 async def get_thread(request: Request, scope: TenantScope, thread_id: str) -> ThreadOut:
     """One thread's metadata."""
-    thread = await runtime_of(request).thread(scope.inner(thread_id), tenant=scope.tenant_id)
-    return ThreadOut.of(thread, scope)
+    return await calls.thread_out(runtime_of(request), scope, thread_id)
 
 
 @router.get("/threads/{thread_id}/registers", response_model=RegistersOut)
@@ -148,46 +134,15 @@ async def post_input(
     A slice running in another process (``--workers N``) is not reached: the input
     is queued and ``interrupted`` is false.
     """
-    rt = runtime_of(request)
-    inner = scope.inner(thread_id)
-    check_size(request, body.content)
-    if body.strategy == "reject" and rt.scheduler.running(inner):
-        raise Busy(f"thread {thread_id!r} is running")
-    await state_of(request).quotas.admit(rt, inner, scope.tenant_id)
-    # the sender's binding key, in the thread's tenant's memory (as Runtime.send(identity=))
-    source = await (await rt.memory_for(inner)).bind(body.identity) if body.identity else None
-    agent = agent_name(rt, body.agent)
-    content, parts = (
-        await admit_parts(rt, inner, body.content, body.parts, agent) if body.parts else (body.content, ())
-    )
-    item = NewInput(
-        thread_id=inner,
-        kind="user",
-        dedup_key=f"http:{idempotency_key}" if idempotency_key else f"auto:{uuid.uuid4().hex}",
-        content=content,
-        parts=parts,
-        priority=Priority(body.priority),
-        agent=agent,
-        source=source,
-        fingerprint=body_fingerprint(body) if idempotency_key else None,
-    )
-    try:
-        (admission,) = await rt.admit([item], tenant=scope.tenant_id)
-    except IdempotencyMismatch:
-        raise IdempotencyMismatch(
-            f"the Idempotency-Key {idempotency_key!r} was used with a different request body on "
-            f"thread {thread_id!r}; send a new key for a new input"
-        ) from None
-    interrupted = False
-    if body.strategy in ("interrupt", "rollback") and not admission.duplicate:
-        interrupted = await rt.interrupt(inner)
-        if interrupted and body.strategy == "rollback":
-            state_of(request).hub.rollback(inner)
-    return AdmissionOut(
-        input_id=admission.input_id,
-        thread_id=thread_id,
-        duplicate=admission.duplicate,
-        interrupted=interrupted,
+    state = state_of(request)
+    return await calls.send_input(
+        state.runtime,
+        scope,
+        thread_id,
+        body,
+        dedup_key=idempotency_key,
+        quotas=state.quotas,
+        hub=state.hub,
     )
 
 
@@ -202,19 +157,9 @@ async def list_messages(
 ) -> MessagePage:
     """One page of the thread's messages, oldest first (``asc``) or newest first (``desc``);
     ``pruned``: what a retention policy deleted of its history (null: nothing)."""
-    rt = runtime_of(request)
-    inner = scope.inner(thread_id)
-    page = await rt.history(
-        inner, cursor=cursor, limit=limit, newest_first=order == "desc", tenant=scope.tenant_id
+    return await calls.message_page(
+        runtime_of(request), scope, thread_id, cursor=cursor, limit=limit, order=order
     )
-    mark = await rt.store.retention_mark(inner, tenant=scope.tenant_id)
-    pruned = None
-    if mark is not None:
-        pruned = PrunedOut(
-            messages=mark.pruned, up_to_seq=mark.up_to_seq, policy=mark.policy, pruned_at=mark.pruned_at
-        )
-    items = [MessageOut.of(m) for m in page.items]
-    return MessagePage(items=items, next_cursor=page.next_cursor, pruned=pruned)
 
 
 @router.post("/threads/{thread_id}/tool_results/{call_id}", status_code=202, response_model=AdmissionOut)

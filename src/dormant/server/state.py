@@ -11,7 +11,7 @@ import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -74,6 +74,15 @@ class ServerConfig:
     #: lifetime (see :mod:`.tokens`)
     stream_token_secret: str | None = field(default=None, repr=False)
     stream_token_ttl_s: float = 300.0
+    #: the operator's token: the dashboard (``/ui``) shows every tenant to whoever logs in
+    #: with it (None: only tenants' API keys log in, each seeing its own tenant)
+    admin_token: str | None = field(default=None, repr=False)
+    #: serve the dashboard at ``/ui``; with ``ui_only``, serve nothing else (``dormant ui``)
+    ui: bool = True
+    ui_only: bool = False
+    #: seconds between the overview's samples, and samples kept (default: one hour)
+    ui_sample_s: float = 10.0
+    ui_samples: int = 360
 
 
 @dataclass
@@ -91,6 +100,9 @@ class ServerState:
     #: identical OpenAI-compatible requests in flight, sharing one wait (bounded)
     flights: Flights = field(default_factory=Flights)
     ready_checks: list[Callable[[], Awaitable[str | None]]] = field(default_factory=list)
+    #: the dashboard's session signer and its ring of samples (:mod:`.ui`), when it is served
+    ui_sessions: Any = None
+    ui_sampler: Any = None
 
     @property
     def max_input_bytes(self) -> int:

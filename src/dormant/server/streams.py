@@ -10,6 +10,9 @@ Events:
   process, as it streams (not durable: dropped once the slice commits its messages);
 * ``rollback`` (id: the last seq sent): the live text sent since that seq is void (a
   slice interrupted by an input sent with ``strategy=rollback``);
+* ``progress`` (no id): a tool call running in this process reported progress (an MCP
+  server's progress notifications, at most one per call every 0.25 s): ``call_id``,
+  ``progress``, ``total`` (null when unknown), ``message``; not durable;
 * ``error``: why the server ends the stream (a slow client, a deleted thread).
 
 ``?token=`` (from ``POST /v1/threads/{id}/events/token``, see :mod:`.tokens`) may stand
@@ -110,6 +113,14 @@ async def thread_events(
                 data = {"after": after, "discarded": offset}
                 offset = 0
                 yield ServerSentEvent(data=json.dumps(data), event="rollback", id=str(after))
+            for event in sub.take_progress():
+                shown: dict[str, object] = {
+                    "call_id": event.call_id,
+                    "progress": event.progress,
+                    "total": event.total,
+                    "message": event.message,
+                }
+                yield ServerSentEvent(data=json.dumps(shown), event="progress")
             texts = sub.take()
             if texts:
                 text = "".join(texts)

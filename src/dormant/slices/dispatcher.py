@@ -42,7 +42,7 @@ from ..text import clean, truncate
 from ..tools import blobs
 from ..tools.blobs import stored_output
 from ..tools.pool import ToolThreads
-from ..tools.spec import ToolContext, timeout_reason
+from ..tools.spec import ToolContext, ToolProgress, timeout_reason
 from .retry import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 
 log = logging.getLogger("dormant.dispatcher")
@@ -82,6 +82,10 @@ class Dispatcher:
         self.clock = clock
         self.on_result = on_result
         self.blob_threshold = blob_threshold
+        #: optional observer of progress a running call reports (an MCP server's progress
+        #: notifications): ``(thread_id, ToolProgress)``; the server publishes it on the
+        #: thread's event stream. Never durable, and never allowed to fail the call.
+        self.on_progress: Callable[[str, ToolProgress], None] | None = None
         self.tool_threads = tool_threads
         self.wake = asyncio.Event()
         timeouts = [t.timeout for a in agents.values() for t in a.tools] or [30.0]
@@ -102,6 +106,17 @@ class Dispatcher:
     def active(self) -> int:
         """Calls running now."""
         return len(self._running)
+
+    def _progress_of(self, thread_id: str) -> Callable[[ToolProgress], None]:
+        def report(event: ToolProgress) -> None:
+            observer = self.on_progress
+            if observer is not None:
+                try:
+                    observer(thread_id, event)
+                except Exception as exc:  # an observer never fails the call
+                    log.debug("progress_observer_failed", extra={"thread_id": thread_id, "error": repr(exc)})
+
+        return report
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run calls until ``stop`` is set; then let running calls finish.
@@ -216,6 +231,7 @@ class Dispatcher:
             blob_writer=self.store,
             blob_threshold=self.blob_threshold,
             tool_threads=self.tool_threads,
+            progress=self._progress_of(entry.thread_id),
         )
         try:
             async with asyncio.timeout(spec.timeout):

@@ -274,6 +274,11 @@ class Backend(Protocol):
         """Up to ``limit`` outbox entries (of ``status`` if given) with id > ``after``, by id."""
         ...
 
+    async def resolve_call(self, entry_id: int) -> OutboxEntry | None:
+        """Delete outbox entry ``entry_id`` if it is dead-lettered or of unknown outcome
+        (its result is already in its thread); its row, None if missing or in another status."""
+        ...
+
     async def has_work(self, agents: list[str] | None = None) -> bool:
         """Any ready input now (only in threads of ``agents`` when given), any leased
         thread or any pending/running call."""

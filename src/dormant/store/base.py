@@ -33,6 +33,7 @@ from ..records import (
     RetentionMark,
     SliceLoad,
     StoreStatus,
+    Summary,
     Tenant,
     Thread,
     TierSizes,
@@ -258,6 +259,14 @@ class Store(Protocol):
         self, *, status: str | None = None, cursor: str | None = None, limit: int = 50
     ) -> Page[OutboxEntry]:
         """One page of outbox entries (optionally of one status) ordered by id."""
+        ...
+
+    async def latest_summary(self, thread_id: str, *, tenant: str | None = None) -> Summary | None:
+        """The thread's newest compaction summary, None if never compacted (NotFound: no thread)."""
+        ...
+
+    async def resolve_call(self, entry_id: int, *, tenant: str | None = None) -> OutboxEntry:
+        """Remove a dead-lettered or outcome-unknown call once dealt with (NotFound otherwise)."""
         ...
 
     async def has_work(self, agents: Sequence[str] | None = None) -> bool:

@@ -43,6 +43,7 @@ from ..records import (
     Page,
     SliceLoad,
     StoreStatus,
+    Summary,
     Thread,
     ViewLimits,
 )
@@ -500,6 +501,28 @@ class StoreCore(TenantRules, RetentionRules, ModelWaits):
         rows = await self.backend.outbox_rows(status, after, limit + 1)
         items = tuple(rows[:limit])
         return Page(items=items, next_cursor=str(items[-1].id) if len(rows) > limit and items else None)
+
+    async def latest_summary(self, thread_id: str, *, tenant: str | None = None) -> Summary | None:
+        """The thread's newest compaction summary (the one its views start with), None if
+        it was never compacted; NotFound for a missing thread or one outside ``tenant``."""
+        thread = await self.get_thread(thread_id, tenant=tenant)
+        if not thread.summary_seq:
+            return None
+        async with self.backend.reader() as reader:
+            return await reader.summary_at(thread.id, thread.summary_seq)
+
+    async def resolve_call(self, entry_id: int, *, tenant: str | None = None) -> OutboxEntry:
+        """Remove a dead-lettered or outcome-unknown call from the outbox once someone has
+        dealt with it (its result is already in its thread); NotFound for a missing entry,
+        one in another status, or one of another tenant's threads."""
+        rows = await self.backend.outbox_rows(None, entry_id - 1, 1)
+        if not rows or rows[0].id != entry_id or rows[0].status not in ("dead", "unknown"):
+            raise NotFound(f"no dead-lettered or unknown call {entry_id}")
+        tenancy.check([rows[0].thread_id], tenant)
+        entry = await self.backend.resolve_call(entry_id)
+        if entry is None:
+            raise NotFound(f"no dead-lettered or unknown call {entry_id}")
+        return entry
 
     async def has_work(self, agents: Sequence[str] | None = None) -> bool:
         """Ready input (in threads of ``agents``, when given), a leased thread or an open call."""

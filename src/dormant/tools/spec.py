@@ -36,6 +36,17 @@ if TYPE_CHECKING:
 ToolMode = Literal["inline", "async"]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolProgress:
+    """Progress a running async call reports (an MCP server's progress notification):
+    ``progress`` so far, of ``total`` when known, and the server's ``message``."""
+
+    call_id: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
 @dataclass(slots=True)
 class ToolContext:
     """What a running tool may know and do.
@@ -75,6 +86,9 @@ class ToolContext:
     #: the slice's subject memory ( None: the thread has no subject), see
     #: :mod:`dormant.memory.tools`
     memory: SubjectMemory | None = None
+    #: where an async tool reports progress (the dispatcher's, published on the thread's
+    #: event stream by ``dormant serve``); None: nobody listens
+    progress: Callable[[ToolProgress], None] | None = None
 
     def spawn(self, child: NewThread) -> None:
         """Create a child thread when the slice commits (inline tools only)."""

@@ -43,3 +43,19 @@ def test_percentile() -> None:
     assert percentile([], 50) == 0.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
     assert percentile([5.0], 50) == 5.0
+
+
+def test_chinese_suite_is_seeded_consistent_and_needs_the_dictionary() -> None:
+    from dormant.bench.recall_suite_zh import DICTIONARY_ZH, build_suite_zh
+
+    a = build_suite_zh(subjects=100, rich=30, seed=3)
+    assert a.records == build_suite_zh(subjects=100, rich=30, seed=3).records
+    kinds = {q.category for q in a.queries}
+    assert {"current_city", "latest_complaint", "complaint_synonym", "shipped_synonym"} <= kinds
+    for q in a.queries:
+        assert q.truth and not (q.truth & q.stale)
+        assert all(a.records[i].subject == q.subject for i in q.truth | q.stale)
+    for q in a.queries:
+        if q.category == "shipped_synonym":  # 发货 in the question, 寄出 in the record
+            assert "发货" in q.text and "发货" not in a.records[next(iter(q.truth))].text
+    assert ["发货", "寄出", "发出"] in DICTIONARY_ZH

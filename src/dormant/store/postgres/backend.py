@@ -494,6 +494,12 @@ class PostgresBackend(BackendDefaults):
         result: list[OutboxEntry] = await self._write(Job(sql.CLAIM_OUTBOX, params, decode))
         return result
 
+    async def resolve_call(self, entry_id: int) -> OutboxEntry | None:
+        """Delete a dead-lettered or unknown entry; its row, None if missing or another status."""
+        job = Job(sql.RESOLVE_CALL, (entry_id,), lambda rows, _: row_entry(rows[0]) if rows else None)
+        result: OutboxEntry | None = await self._write(job)
+        return result
+
     async def complete_call(self, item: NewInput) -> Admission:
         """Answer an open call with ``item`` (``dormant_complete_call``)."""
         now = self.clock()

@@ -219,6 +219,7 @@ HISTORY_OLDEST_FIRST = (
     f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
 )
 LIST_THREADS = f"SELECT {THREAD_COLS} FROM threads WHERE id > %s ORDER BY id LIMIT %s"
+RESOLVE_CALL = f"DELETE FROM outbox WHERE id = %s AND status IN ('dead', 'unknown') RETURNING {OUTBOX_COLS}"
 LIST_OUTBOX = (
     f"SELECT {OUTBOX_COLS} FROM outbox "
     "WHERE id > %s AND (%s::text IS NULL OR status = %s::text) ORDER BY id LIMIT %s"

@@ -515,6 +515,11 @@ class SQLiteBackend(BackendDefaults):
         result: list[bool] = await self._write(lambda conn: outbox.finish(conn, outcomes, now), size)
         return result
 
+    async def resolve_call(self, entry_id: int) -> OutboxEntry | None:
+        """Delete a dead-lettered or unknown entry; its row, None if missing or another status."""
+        rows = await self._write(lambda conn: conn.execute(sql.RESOLVE_CALL, (entry_id,)).fetchall())
+        return row_entry(rows[0]) if rows else None
+
     # -- reads -----------------------------------------------------------------------
 
     async def history_rows(

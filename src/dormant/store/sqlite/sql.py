@@ -290,6 +290,7 @@ HISTORY_DESC = (
     f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
 )
 THREAD_PAGE = f"SELECT {THREAD_COLS} FROM threads WHERE id > ? ORDER BY id LIMIT ?"
+RESOLVE_CALL = f"DELETE FROM outbox WHERE id = ? AND status IN ('dead', 'unknown') RETURNING {OUTBOX_COLS}"
 OUTBOX_PAGE = f"""
 SELECT {OUTBOX_COLS} FROM outbox WHERE id > ?1 AND (?2 IS NULL OR status = ?2) ORDER BY id LIMIT ?3
 """

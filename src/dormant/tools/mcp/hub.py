@@ -20,18 +20,22 @@ import binascii
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import mcp_types as types
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ToolError
 from ..blobs import BlobWriter
-from ..spec import ToolBox, ToolContext, ToolSpec
+from ..spec import ToolBox, ToolContext, ToolProgress, ToolSpec
 from .config import McpServer, check_unique
-from .link import McpFailure, ServerLink
 from .naming import model_names
+
+if TYPE_CHECKING:
+    # the SDK (~25 MB and ~0.6 s to import) loads when a server is first attached, so a
+    # process whose agents name no MCP server never pays for it
+    import mcp_types as types
+
+    from .link import ServerLink
 
 log = logging.getLogger("dormant.mcp")
 
@@ -39,6 +43,11 @@ log = logging.getLogger("dormant.mcp")
 MAX_DESCRIPTION = 2048
 #: The context parameter's name (no MCP tool argument is called this).
 _CTX = "__dormant_ctx__"
+#: At most one progress event per call in this many seconds reaches the thread's event
+#: stream (a server may send thousands; each still restarts the call's idle timeout).
+PROGRESS_EVERY_S = 0.25
+#: Longest progress message passed on.
+MAX_PROGRESS_MESSAGE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,8 @@ class McpHub:
         for servers, box in boxes:
             for server in servers:
                 if server.name not in self.links:
+                    from .link import ServerLink
+
                     self.links[server.name] = ServerLink(server, on_tools_changed=self._flag(server.name))
                 self._boxes.setdefault(server.name, []).append(box)
 
@@ -178,10 +189,16 @@ def tool_specs(link: ServerLink, listed: Sequence[types.Tool]) -> list[ToolSpec]
 
 def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
     async def call(**kwargs: Any) -> str:
+        from .link import McpFailure
+
         ctx: ToolContext = kwargs.pop(_CTX)
         try:
             result = await link.call(
-                tool, kwargs, idle_timeout=link.config.timeout_for(tool), call_id=ctx.call_id
+                tool,
+                kwargs,
+                idle_timeout=link.config.timeout_for(tool),
+                call_id=ctx.call_id,
+                on_progress=progress_reporter(ctx),
             )
         except McpFailure as exc:
             if exc.sent and not idempotent:
@@ -196,11 +213,43 @@ def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
     return call
 
 
+def progress_reporter(
+    ctx: ToolContext, every_s: float = PROGRESS_EVERY_S
+) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
+    """The progress callback of one call: reports to ``ctx.progress`` at most once per
+    ``every_s`` (the newest in between is dropped, except a final one, progress == total,
+    which is always reported). None when nobody listens."""
+    report = ctx.progress
+    if report is None:
+        return None
+    last = -every_s
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        nonlocal last
+        now = time.monotonic()
+        final = total is not None and progress >= total
+        if now - last < every_s and not final:
+            return
+        last = now
+        report(
+            ToolProgress(
+                call_id=ctx.call_id,
+                progress=progress,
+                total=total,
+                message=message[:MAX_PROGRESS_MESSAGE] if message else None,
+            )
+        )
+
+    return on_progress
+
+
 async def result_text(result: types.CallToolResult, blobs: BlobWriter | None, thread_id: str) -> str:
     """The text of ``result``: its text parts, then its structured content as JSON (unless
     a text part already is that JSON, or the value an SDK wrapped as ``{"result": ...}``);
     binary parts stored as blobs through ``blobs`` and named by a line each (dropped, and
     said so, when ``blobs`` is None)."""
+    import mcp_types as types
+
     parts: list[str] = []
     for item in result.content:
         if isinstance(item, types.TextContent):

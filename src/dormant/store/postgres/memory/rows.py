@@ -202,19 +202,28 @@ class PostgresMemoryBackend:
             rec = msgspec.structs.replace(rec, subject=subject)
         dup = await (await c.execute(sql.DUPLICATE, (tenant, subject, rec.content_hash))).fetchone()
         if dup is not None:
-            await c.execute(sql.MERGE_IMPORTANCE, (rec.importance, dup[0]))
+            # a repeat refreshes when the record was last observed (decay runs from it)
+            await c.execute(sql.MERGE_IMPORTANCE, (rec.importance, rec.created_at, dup[0]))
             await _history(c, tenant, "update", subject, dup[1], actor, rec.created_at, "duplicate merged")
-            return AddResult(sql.to_record(dup), duplicate=True)
+            merged = sql.to_record(dup)
+            seen = max(merged.created_at, rec.created_at)
+            importance = max(merged.importance, rec.importance)
+            return AddResult(
+                msgspec.structs.replace(merged, created_at=seen, importance=importance), duplicate=True
+            )
         olds: list[MemoryRecord] = []
         if item.key is not None:
-            cur = await c.execute(sql.SAME_KEY, (tenant, subject, rec.kind, item.key))
+            cur = await c.execute(sql.SAME_KEY, (tenant, subject, rec.kind, item.key, rec.valid_from))
             olds = [sql.to_record(r) for r in await cur.fetchall()]
         if item.replaces:
             cur = await c.execute(sql.NAMED, (tenant, subject, list(item.replaces)))
             olds += [sql.to_record(r) for r in await cur.fetchall()]
-        gone = tuple(dict.fromkeys(decide(rec, olds)))
+        ids, until = decide(rec, olds)
+        gone = tuple(dict.fromkeys(ids))
+        if until is not None:
+            rec = msgspec.structs.replace(rec, invalid_at=until)
         for old_id in gone:
-            await c.execute(sql.INVALIDATE, (rec.valid_from, tenant, old_id))
+            await c.execute(sql.INVALIDATE, (rec.valid_from, tenant, old_id, rec.valid_from))
             await _history(c, tenant, "supersede", subject, old_id, actor, rec.created_at, f"by {rec.id}")
         if item.vector is not None and dim is not None and len(item.vector) != dim:
             raise UsageError(f"this memory holds {dim}-d vectors; the embedder gives {len(item.vector)}-d")
@@ -363,7 +372,7 @@ async def _move(c: Conn, tenant: str, old: str, new: str, mode: RebindMode, now:
     op = "merge" if mode == "merge" else "rebind"
     dups = await (await c.execute(sql.MOVE_DUPLICATES, (target, tenant, old))).fetchall()
     for a_id, b_id in dups:
-        await c.execute(sql.INVALIDATE, (now, tenant, a_id))
+        await c.execute(sql.INVALIDATE, (now, tenant, a_id, now))
         await _history(c, tenant, "merge", old, a_id, actor, now, f"duplicate of {b_id}")
     moved = await (await c.execute(sql.MOVE_RECORDS, (target, tenant, old))).fetchall()
     for (rec_id,) in moved:

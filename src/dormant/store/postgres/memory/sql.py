@@ -62,10 +62,13 @@ DUPLICATE = (
     f"SELECT {COLS} FROM memory_records WHERE tenant = %s AND subject = %s AND content_hash = %s "
     "AND invalid_at IS NULL"
 )
-MERGE_IMPORTANCE = "UPDATE memory_records SET importance = greatest(importance, %s) WHERE rid = %s"
+MERGE_IMPORTANCE = (
+    "UPDATE memory_records SET importance = greatest(importance, %s), "
+    "created_at = greatest(created_at, %s) WHERE rid = %s"
+)
 SAME_KEY = (
     f"SELECT {COLS} FROM memory_records WHERE tenant = %s AND subject = %s AND kind = %s "
-    "AND key_tag = %s AND invalid_at IS NULL"
+    "AND key_tag = %s AND (invalid_at IS NULL OR invalid_at > %s)"
 )
 NAMED = (
     f"SELECT {COLS} FROM memory_records WHERE tenant = %s AND subject = %s AND invalid_at IS NULL "
@@ -73,7 +76,7 @@ NAMED = (
 )
 INVALIDATE = (
     "UPDATE memory_records SET invalid_at = greatest(valid_from, %s) "
-    "WHERE tenant = %s AND id = %s AND invalid_at IS NULL"
+    "WHERE tenant = %s AND id = %s AND (invalid_at IS NULL OR invalid_at > %s)"
 )
 _INSERT = (
     f"INSERT INTO memory_records (key_tag, {_INSERT_COLS}, fts{{vec_col}}) VALUES "

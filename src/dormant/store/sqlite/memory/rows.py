@@ -225,20 +225,27 @@ class SQLiteMemoryBackend:
             (tenant, subject, rec.content_hash),
         ).fetchone()
         if dup is not None:
+            # a repeat refreshes when the record was last observed (decay runs from it)
             c.execute(
-                "UPDATE memory_records SET importance = max(importance, ?) WHERE rid = ?",
-                (rec.importance, dup[0]),
+                "UPDATE memory_records SET importance = max(importance, ?), created_at = max(created_at, ?) "
+                "WHERE rid = ?",
+                (rec.importance, rec.created_at, dup[0]),
             )
             write.history(c, tenant, "update", subject, dup[1], actor, rec.created_at, "duplicate merged")
-            return AddResult(_record(dup), duplicate=True)
+            merged = _record(dup)
+            seen = max(merged.created_at, rec.created_at)
+            importance = max(merged.importance, rec.importance)
+            return AddResult(
+                msgspec.structs.replace(merged, created_at=seen, importance=importance), duplicate=True
+            )
         olds: list[MemoryRecord] = []
         if item.key is not None:
             olds = [
                 _record(r)
                 for r in c.execute(
                     f"SELECT {_COLS} FROM memory_records WHERE tenant = ? AND subject = ? AND kind = ? "
-                    "AND key_tag = ? AND invalid_at IS NULL",
-                    (tenant, subject, rec.kind, item.key),
+                    "AND key_tag = ? AND (invalid_at IS NULL OR invalid_at > ?)",
+                    (tenant, subject, rec.kind, item.key, rec.valid_from),
                 )
             ]
         if item.replaces:
@@ -250,12 +257,15 @@ class SQLiteMemoryBackend:
                     (tenant, subject, *item.replaces),
                 )
             ]
-        gone = tuple(dict.fromkeys(decide(rec, olds)))
+        ids, until = decide(rec, olds)
+        gone = tuple(dict.fromkeys(ids))
+        if until is not None:
+            rec = msgspec.structs.replace(rec, invalid_at=until)
         for old_id in gone:
             c.execute(
                 "UPDATE memory_records SET invalid_at = max(valid_from, ?) WHERE tenant = ? AND id = ? "
-                "AND invalid_at IS NULL",
-                (rec.valid_from, tenant, old_id),
+                "AND (invalid_at IS NULL OR invalid_at > ?)",
+                (rec.valid_from, tenant, old_id, rec.valid_from),
             )
             write.history(c, tenant, "supersede", subject, old_id, actor, rec.created_at, f"by {rec.id}")
         c.execute(

@@ -1,0 +1,35 @@
+"""A thread's timeline on the dashboard: messages newest first, the compaction summary
+where it was written."""
+
+from __future__ import annotations
+
+from dormant.agent import Agent
+from dormant.models.base import ModelReply
+from dormant.models.scripted import ScriptedModel
+from dormant.runtime import Runtime
+from dormant.server.ui import data
+from tests.contract.support import plan, take, turn, user
+from tests.contract.test_summaries import summary_of
+
+
+async def test_the_summary_sits_where_it_was_written_on_the_page_that_holds_it() -> None:
+    rt = Runtime("memory://", [Agent(name="a", model=ScriptedModel(lambda r: ModelReply(text="ok")))])
+    await rt.open()
+    try:
+        store = rt.store
+        await turn(store, "t1", "k1", extra=4)  # seqs 1..6
+        await store.admit([user("t1", "k2")])
+        c, load = await take(store, "t1")
+        await store.commit_slice(plan(c, load, summary=summary_of(load, 4, "the <story> so far")))  # 7, 8
+        tl = await data.timeline(rt, "t1", tenant=None, cursor=None)
+        kinds = [(item.kind, item.seq) for item in tl.items]
+        assert kinds.index(("summary", 6)) == [seq for _, seq in kinds].index(6)  # before message 6
+        (summary,) = [item for item in tl.items if item.kind == "summary"]
+        assert summary.text == "the <story> so far" and "up to #4" in (summary.meta or "")
+        assert [item.seq for item in tl.items if item.kind != "summary"] == sorted(
+            (item.seq for item in tl.items if item.kind != "summary"), reverse=True
+        )
+        older = await data.timeline(rt, "t1", tenant=None, cursor="3")  # messages 1, 2: no summary
+        assert older.items and all(item.kind != "summary" for item in older.items)
+    finally:
+        await rt.close()
