@@ -52,6 +52,20 @@ class Settings(BaseModel):
     lease_s: float = Field(30.0, gt=0, le=3600, description="lease length of a claimed thread")
     max_rounds: int = Field(8, ge=1, le=100, description="model rounds per slice (inline tools)")
     max_input_bytes: int = Field(1024 * 1024, ge=1024, description="largest input accepted")
+    max_part_bytes: int = Field(
+        20 * 1024 * 1024, ge=1024, description="largest image or file part of an input (bytes)"
+    )
+    max_input_parts_bytes: int = Field(
+        50 * 1024 * 1024, ge=1024, description="most bytes of parts one input carries"
+    )
+    max_parts_per_input: int = Field(16, ge=1, le=256, description="most images and files one input carries")
+    max_image_pixels: int = Field(
+        40_000_000, ge=1024, description="images with more pixels are refused (decompression bombs)"
+    )
+    image_max_side: int = Field(
+        2048, ge=0, description="images are downscaled to this longest side before storing (0: never)"
+    )
+    max_pdf_pages: int = Field(200, ge=1, description="PDFs with more pages are refused")
     blob_threshold_bytes: int = Field(
         16 * 1024,
         ge=1024,

@@ -50,6 +50,13 @@ class PayloadTooLarge(InvalidInput):
     code = "payload_too_large"
 
 
+class UnsupportedMedia(InvalidInput):
+    """A content part's bytes are not of a media type dormant takes (sniffed, never the
+    client's claim), or are not what they claim to be (a truncated image); nothing written."""
+
+    code = "unsupported_media_type"
+
+
 class Unauthenticated(UsageError):
     """A request carried no valid credentials (missing, unknown or revoked API key)."""
 
@@ -192,6 +199,7 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     InvalidInput: 422,
     IdempotencyMismatch: 422,
     PayloadTooLarge: 413,
+    UnsupportedMedia: 415,
     Unauthenticated: 401,
     Busy: 409,
     DecisionConflict: 409,

@@ -6,10 +6,9 @@ the failure policy — is :class:`~dormant.slices.runner.SliceRunner`'s; claimin
 :class:`~dormant.slices.scheduler.Scheduler`'s, async tool calls the
 :class:`~dormant.slices.dispatcher.Dispatcher`'s.
 
-A store that cannot take a commit for now (locked by another process, full,
-overloaded) pauses claiming; work resumes by itself once the store recovers. A
-damaged database stops the runtime: :meth:`Runtime.run` raises
-:class:`~dormant.errors.SchemaError` saying what to do.
+A store that cannot take a commit for now (locked, full, overloaded) pauses claiming;
+work resumes once the store recovers. A damaged database stops the runtime:
+:meth:`Runtime.run` raises :class:`~dormant.errors.SchemaError` saying what to do.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from .config import Settings
 from .errors import InvalidInput, SchemaError, UsageError
 from .governor.gctune import gc_tuned
 from .governor.loop import Governor, build_governor
+from .journal.handles import JournalApi
 from .journal.rules import CheckpointPolicy
 from .memory import registers
 from .memory.core import MemoryConfig, MemoryCore
@@ -39,7 +39,8 @@ from .memory.embedder import Embedder, EmbedderName, resolve_embedder
 from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
-from .records import Admission, Claim, JournalEntry, Message, NewInput, Page, Priority, StoreStatus, Thread
+from .parts import Limits, PartInput, Text, store_parts
+from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .retention.loop import RetentionLoop
 from .retention.policy import RetentionPolicy
 from .slices.dispatcher import Dispatcher
@@ -59,7 +60,7 @@ from .urls import redact, remember
 log = logging.getLogger("dormant.runtime")
 
 
-class Runtime(ApprovalApi):
+class Runtime(ApprovalApi, JournalApi):
     """Hosts agents on a store. Use as ``async with Runtime(url, agents) as rt: ...``.
 
     ``store`` is a URL (see :func:`~dormant.store.open_store`) or an unopened store.
@@ -79,6 +80,7 @@ class Runtime(ApprovalApi):
         if not agents:
             raise UsageError("a runtime needs at least one agent")
         self.settings = settings or Settings.from_env()
+        self._limits = Limits.of(self.settings)  # content parts (dormant.parts)
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
@@ -346,7 +348,7 @@ class Runtime(ApprovalApi):
     async def send(
         self,
         thread_id: str,
-        text: str,
+        text: str = "",
         *,
         dedup_key: str | None = None,
         agent: str | None = None,
@@ -354,15 +356,13 @@ class Runtime(ApprovalApi):
         not_before: float = 0.0,
         identity: Mapping[str, str] | None = None,
         key: str | None = None,
+        parts: Sequence[PartInput] = (),
     ) -> Admission:
-        """Admit user text to ``thread_id`` (created with ``agent`` if new).
-
-        Returns once the input is durable. Pass ``dedup_key`` to make the send
-        idempotent: the same ``(thread_id, dedup_key)`` is admitted once, whatever the
-        retries (``key`` is its earlier name, still accepted; UsageError if both differ).
-        ``identity`` (parts such as ``{"phone": ..., "device": ...}``) names the sender:
-        its binding key (:meth:`Memory.bind`) becomes the input's source, and the
-        thread's subject from the slice that takes it.
+        """Admit user text and ``parts`` (Text, Image, File: :mod:`dormant.parts`) to
+        ``thread_id`` (created with ``agent`` if new); returns once durable. The same
+        ``(thread_id, dedup_key)`` is admitted once (``key``: its earlier name; UsageError
+        if both differ). ``identity`` (``{"phone": ..., "device": ...}``) names the sender:
+        its binding key (:meth:`Memory.bind`) is the input's source and the thread's subject.
         """
         if key is not None and dedup_key is not None and key != dedup_key:
             raise UsageError("send takes dedup_key or its earlier name key, not two different keys")
@@ -371,6 +371,8 @@ class Runtime(ApprovalApi):
         if name not in self.agents:
             raise UsageError(f"unknown agent {name!r}")
         source = await self._bind(thread_id, identity) if identity else None
+        if parts:  # all checked before a blob is stored, the blobs before the input
+            text, stored = await store_parts(self.store, thread_id, [Text(text), *parts], self._limits, name)
         item = NewInput(
             thread_id=thread_id,
             kind="user",
@@ -380,6 +382,7 @@ class Runtime(ApprovalApi):
             not_before=not_before,
             agent=name,
             source=source,
+            parts=stored if parts else (),
         )
         (admission,) = await self.admit([item])
         return admission
@@ -524,39 +527,6 @@ class Runtime(ApprovalApi):
         :meth:`Store.delete_thread`."""
         return await self.store.delete_thread(thread_id, tenant=tenant)
 
-    async def state(self, thread_id: str, *, at_seq: int | None = None) -> dict[str, Any]:
-        """The thread's key/value state (values decoded from JSON): recovered from the
-        newest recoverable checkpoint plus the journal after it, or, with ``at_seq``,
-        as it was at that journal seq (the journal itself is never rewritten)."""
-        if at_seq is None:
-            raw = (await self.store.journal.recover(thread_id)).state
-        else:
-            raw = await self.store.journal.state_at(thread_id, at_seq)
-        return {key: msgspec.json.decode(value) for key, value in raw.items()}
-
-    async def checkpoint(self, thread_id: str) -> JournalEntry | None:
-        """Write the state checkpoint the configured policy says is due, if any (the
-        background retention pass and ``dormant gc`` write due checkpoints by themselves)."""
-        return await self.store.journal.maybe_checkpoint(thread_id, self.checkpoints, self.clock())
-
-    async def fork(self, thread_id: str, at_seq: int, *, new_id: str | None = None) -> Thread:
-        """A new thread that continues ``thread_id`` from its message ``at_seq``: its views
-        read ``thread_id``'s history up to there (it is a child of it), its state is the
-        state ``thread_id`` had then. ``thread_id`` is not changed: time travel makes a
-        branch, never rewrites history. ``new_id`` defaults to ``<thread_id>~<random>``."""
-        state = await self.store.journal.state_at_message(thread_id, at_seq)
-        return await self.store.fork_thread(thread_id, new_id or _branch_id(thread_id), at_seq, state)
-
-    async def rewind(
-        self, thread_id: str, checkpoint: JournalEntry | int, *, new_id: str | None = None
-    ) -> Thread:
-        """A new branch of ``thread_id`` from one of its recoverable checkpoints (its
-        journal entry or seq): the checkpoint's state and the history up to the message
-        it was taken at. ``thread_id`` is not changed (see :meth:`fork`)."""
-        seq = checkpoint if isinstance(checkpoint, int) else checkpoint.seq
-        head, state = await self.store.journal.checkpoint_state(thread_id, seq)
-        return await self.store.fork_thread(thread_id, new_id or _branch_id(thread_id), head.msg_seq, state)
-
     async def retry(self, thread_id: str, *, tenant: str | None = None) -> Thread:
         """Make a failed thread run again."""
         thread = await self.store.retry_thread(thread_id, tenant=tenant)
@@ -593,8 +563,3 @@ class Runtime(ApprovalApi):
     async def run_slice(self, claim: Claim) -> None:
         """Run one slice for ``claim``: load, decide, call, commit. Never raises."""
         await self.runner.run(claim)
-
-
-def _branch_id(thread_id: str) -> str:
-    """A new thread id for a branch of ``thread_id`` (same tenant prefix)."""
-    return f"{thread_id}~{uuid.uuid4().hex[:12]}"

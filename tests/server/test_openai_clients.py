@@ -55,11 +55,12 @@ async def test_parts_the_agent_cannot_take_are_refused_never_dropped() -> None:
     ]
     async with serve(agents()) as s:
         c = client(s)
-        with pytest.raises(openai.BadRequestError, match="image_url"):
+        with pytest.raises(openai.APIStatusError, match="not an image") as bad:  # not a PNG
             await c.chat.completions.create(model="assistant", user="u", messages=with_image)
+        assert bad.value.status_code == 415
         with pytest.raises(openai.BadRequestError, match="input_audio"):
             await c.chat.completions.create(model="assistant", messages=with_audio)
-        with pytest.raises(openai.BadRequestError, match="input_image"):
+        with pytest.raises(openai.BadRequestError, match="fetches no URLs"):
             await c.responses.create(model="assistant", input=responses_image)
         async with s.client() as h:
             assert (await h.get("/v1/threads")).json()["items"] == []  # nothing was admitted

@@ -35,6 +35,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dormant.config",
         "dormant.tokens",
         "dormant.inbox",
+        # content parts: their records, checks and model rendering (models use them)
+        "dormant.parts",
     ),
     ("dormant.models",),
     ("dormant.tenants",),

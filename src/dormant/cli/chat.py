@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +14,7 @@ from rich.text import Text
 
 from ..config import DEFAULT_STORE
 from ..errors import DormantError, NotFound
+from ..parts import File
 from ..records import Priority
 from ..runtime import Runtime
 from ..urls import redact
@@ -78,9 +80,20 @@ def send(
             "--identity device=ios-1): the thread's subject, whose memory its agent uses.",
         ),
     ] = None,
+    attach: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--attach",
+            envvar="DORMANT_ATTACH",
+            help="An image or a file sent with the text (repeat: --attach photo.jpg --attach "
+            "invoice.pdf); its type is sniffed from its bytes, images and PDFs are checked.",
+        ),
+    ] = None,
 ) -> None:
-    """Admit user text to a thread durably (it runs on the next `dormant run`)."""
+    """Admit user text (and attached images and files) to a thread durably (it runs on
+    the next `dormant run`)."""
     parts = identity_parts(identity or [])
+    files = [File(path) for path in attach or []]
 
     async def go() -> None:
         settings = settings_for(store)
@@ -89,7 +102,13 @@ def send(
         await announce_if_new(rt.store)
         async with rt:
             admission = await rt.send(
-                thread, text, key=key, agent=agent, priority=Priority(priority), identity=parts or None
+                thread,
+                text,
+                key=key,
+                agent=agent,
+                priority=Priority(priority),
+                identity=parts or None,
+                parts=files,
             )
         if admission.duplicate:
             out.print(

@@ -238,6 +238,12 @@ def message_text(message: Message, *, max_chars: int, show_time: bool = True) ->
     if message.content:
         body = clip(message.content, max_chars)
         text.append("".join(f"  {line}\n" for line in body.split("\n")))
+    for part in message.parts:  # facts and the blob reference, never the bytes
+        size = f", {part.width}x{part.height}" if part.kind == "image" else ""
+        text.append(
+            f"  [{part.kind}: {part.name or 'unnamed'}, {part.media_type}, {part.size:,} bytes{size}]"
+        )
+        text.append(f"  {part.ref}\n", style="dim")
     for call in message.tool_calls:
         text.append(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
         text.append(f"  [{call.id}]\n", style="dim")

@@ -61,6 +61,10 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: the compaction summary of the history before ``messages``; the adapter decides its
     #: form (the OpenAI adapter puts it inside the one system message)
     summary: str | None = None
+    #: reads the bytes of a content part's blob by its reference (a
+    #: :data:`~dormant.parts.render.BlobFetch`) when the view holds images or files; the
+    #: adapter reads them when it builds the request body and drops them after
+    blobs: Any = None
 
 
 class TextDelta(msgspec.Struct, frozen=True, kw_only=True):

@@ -35,6 +35,7 @@ import httpx
 import msgspec
 
 from ..errors import ModelError
+from ..parts.render import resolve
 from ..tokens import encoding_for_model, tokenizer_encoding
 from .base import OPENAI_CHAT, ModelEvent, ModelRequest, check_limits
 from .breaker import CircuitBreaker, breaker_for
@@ -261,7 +262,12 @@ class OpenAIChatModel:
         ``retryable=True`` when retries are exhausted (``kind="outage"`` when the
         endpoint was failing) or the stream broke after events were yielded.
         """
-        content = msgspec.json.encode(self.request_body(request))
+        body = self.request_body(request)
+        if request.blobs is not None and self.dialect.vision:  # parts' bytes, for this request only
+            media = {p.ref: p.media_type for m in request.messages for p in m.parts}
+            await resolve(body["messages"], media, request.blobs)
+        content = msgspec.json.encode(body)
+        del body
         headers = self._headers()
         attempt = 0
         while True:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
+from ..parts.render import content_parts, text_of
 from ..records import Message
 from .base import ModelRequest
 
@@ -63,11 +64,19 @@ class Dialect:
     tool_call_ids: IdForm = "openai"
     stream_usage: bool = True
     reasoning_field: str = ""
+    #: the model sees images: a message's image parts go as ``image_url`` content parts
+    #: (data URIs); otherwise as text placeholders (:func:`dormant.parts.placeholder`)
+    vision: bool = False
+    #: with ``vision``, PDF parts go as ``file`` content parts (else as their text)
+    files: bool = False
+    #: the ``detail`` of ``image_url`` parts (``low``, ``high``, ``auto``), and of their cost
+    image_detail: str = "auto"
 
 
 #: The named dialects; ``"auto"`` picks ``openai`` for api.openai.com, else ``generic``.
 DIALECTS: dict[str, Dialect] = {
-    "openai": Dialect(name="openai", output_cap="max_completion_tokens"),
+    "openai": Dialect(name="openai", output_cap="max_completion_tokens", vision=True, files=True),
+    "vision": Dialect(name="vision", vision=True),
     "generic": Dialect(name="generic"),
     "mistral": Dialect(name="mistral", strict_alternation=True, tool_call_ids="mistral"),
     "strict": Dialect(name="strict", strict_alternation=True),
@@ -160,8 +169,13 @@ def wire_ids(messages: Iterable[Message], form: IdForm) -> dict[str, str]:
     return shown
 
 
-def _message(message: Message, ids: dict[str, str], reasoning_field: str = "") -> dict[str, Any]:
+def _message(message: Message, ids: dict[str, str], dialect: Dialect) -> dict[str, Any]:
     """One history message in Chat Completions form."""
+    reasoning_field = dialect.reasoning_field
+    if message.parts and message.role == "user":
+        if dialect.vision:
+            return {"role": "user", "content": content_parts(message, dialect.image_detail, dialect.files)}
+        return {"role": "user", "content": text_of(message)}
     if message.role == "assistant":
         out = _assistant(message, ids)
         if reasoning_field and message.reasoning:
@@ -203,6 +217,10 @@ def _alternate(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             and "tool_calls" not in previous
         ):
             merged = dict(message)
+            if isinstance(previous["content"], list) or isinstance(message["content"], list):
+                merged["content"] = [*_listed(previous["content"]), *_listed(message["content"])]
+                out[-1] = merged
+                continue
             merged["content"] = "\n\n".join(
                 part for part in (previous["content"], message["content"]) if part
             ) or ("" if "tool_calls" not in message else None)
@@ -214,6 +232,12 @@ def _alternate(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _listed(content: Any) -> list[Any]:
+    if isinstance(content, list):
+        return content
+    return [{"type": "text", "text": content}] if content else []
+
+
 def wire_messages(request: ModelRequest, dialect: Dialect) -> list[dict[str, Any]]:
     """The ``messages`` of the request body for ``request`` under ``dialect``."""
     system = request.system
@@ -223,6 +247,5 @@ def wire_messages(request: ModelRequest, dialect: Dialect) -> list[dict[str, Any
         )
     ids = wire_ids(request.messages, dialect.tool_call_ids)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    field = dialect.reasoning_field
-    messages.extend(_message(message, ids, field) for message in request.messages)
+    messages.extend(_message(message, ids, dialect) for message in request.messages)
     return _alternate(messages) if dialect.strict_alternation else messages

@@ -34,6 +34,7 @@ from .memory_schemas import (
 )
 from .quotas import TenantQuotas
 from .schemas import AdmissionOut, InputCreate, MessageOut, MessagePage, PrunedOut, ThreadOut
+from .uploads import admit_parts
 
 _KEY = re.compile(KEY_PATTERN)
 
@@ -75,13 +76,18 @@ async def send_input(
         await quotas.admit(rt, inner, scope.tenant_id)
     # the sender's binding key, in the thread's tenant's memory (as Runtime.send(identity=))
     source = await (await rt.memory_for(inner)).bind(body.identity) if body.identity else None
+    agent = agent_name(rt, body.agent)
+    content, parts = (  # images and files: all checked, then stored, before the input
+        await admit_parts(rt, inner, body.content, body.parts, agent) if body.parts else (body.content, ())
+    )
     item = NewInput(
         thread_id=inner,
         kind="user",
         dedup_key=f"{origin}:{dedup_key}" if dedup_key else f"auto:{uuid.uuid4().hex}",
-        content=body.content,
+        content=content,
+        parts=parts,
         priority=Priority(body.priority),
-        agent=agent_name(rt, body.agent),
+        agent=agent,
         source=source,
         fingerprint=body_fingerprint(body) if dedup_key else None,
     )

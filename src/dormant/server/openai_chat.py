@@ -38,12 +38,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DormantError, UsageError, http_status
+from ..parts import File, Image, PartInput
 from ..records import NewInput
 from ..tenants.scope import Scope
 from ..tools import external
 from . import openai_errors
 from .inflight import ClientGone, until_disconnect
-from .openai_input import client_tools, content_text
+from .openai_input import client_tools, content_text, with_parts
 from .openai_models import model_agent
 from .routes import ERRORS, TenantScope, check_size
 from .state import ServerState, state_of
@@ -82,19 +83,33 @@ def text_of(message: ChatMessage, where: str = "message") -> str:
 
 
 def unseen(
-    messages: list[ChatMessage], thread_id: str, agent: str, request: Request, tools: str | None = None
+    messages: list[ChatMessage],
+    thread_id: str,
+    agent: str,
+    request: Request,
+    tools: str | None = None,
+    media: list[list[PartInput]] | None = None,
 ) -> tuple[list[NewInput], list[Answer], str]:
     """The inputs and tool answers of a conversation, keyed by the hash of their prefix,
-    and the hash of the whole conversation (what makes two requests identical)."""
+    and the hash of the whole conversation (what makes two requests identical). With
+    ``media``, the images and files of each user input are decoded into it (one list per
+    input, stored by :func:`~.openai_input.with_parts`)."""
     chain = hashlib.sha256()
     items: list[NewInput] = []
     answers: list[Answer] = []
     for index, message in enumerate(messages):
-        text = text_of(message, f"messages.{index}")
+        found: list[PartInput] = []
+        where = f"messages.{index}"
+        text = content_text(message.content, where, found if message.role == "user" else None)
         if message.role in ("system", "developer"):
             continue
         calls = json.dumps(message.tool_calls or [], sort_keys=True)
         chain.update(json.dumps([message.role, text, message.tool_call_id, calls]).encode())
+        for part in found:  # the same text with other images is another input
+            source = part.source if isinstance(part, Image | File) else b""
+            chain.update(hashlib.sha256(source if isinstance(source, bytes) else b"").digest())
+        if media is not None and message.role == "user":
+            media.append(found)
         if message.role == "user":
             check_size(request, text)
             key = f"chat:{chain.hexdigest()[:48]}"
@@ -228,7 +243,9 @@ async def chat_completions(
             "X-Dormant-Session header), so that its tool messages can answer the calls"
         )
     tools_json, names = client_tools(rt, agent, declared)
-    items, answers, digest = unseen(body.messages, thread_id, agent, request, tools_json)
+    media: list[list[PartInput]] = []
+    items, answers, digest = unseen(body.messages, thread_id, agent, request, tools_json, media)
+    items = await with_parts(rt, items, media)  # images and files: checked, then stored
     if not name:
         answers = []  # a stateless request has no open calls to answer
     request_id = f"chatcmpl-{uuid.uuid4().hex}"

@@ -30,12 +30,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import DormantError, IdempotencyMismatch, NotFound, UsageError
+from ..parts import PartInput
 from ..records import NewInput
 from ..tenants.scope import Scope
 from ..tools import external
 from .idempotency import body_fingerprint
 from .inflight import ClientGone, until_disconnect
-from .openai_input import client_tools, content_text
+from .openai_input import client_tools, content_text, with_parts
 from .openai_models import model_agent
 from .routes import ERRORS, TenantScope, check_size
 from .state import state_of
@@ -120,9 +121,11 @@ def parse_input(
     key: str | None,
     request: Request,
     tools: str | None = None,
+    media: list[list[PartInput]] | None = None,
 ) -> tuple[list[NewInput], list[Answer]]:
-    """The user inputs and tool answers of a request's ``input``; a part or item the agent
-    cannot take (an image, audio, a file) is refused, 400."""
+    """The user inputs and tool answers of a request's ``input``; with ``media``, the
+    images and files of each user input are decoded into it (one list per input); a
+    part or item the agent cannot take (audio, a URL, a file_id) is refused, 400."""
     raw: list[dict[str, Any]] = (
         [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     )
@@ -147,12 +150,15 @@ def parse_input(
             content = item.get("content")
             if not isinstance(content, str | list):
                 raise UsageError(f"{where}: a message needs text content")
-            text = content_text(content, where)
+            found: list[PartInput] = []
+            text = content_text(content, where, found if role == "user" and media is not None else None)
             if role in ("system", "developer", "assistant"):
                 continue  # the agent has its own instructions, and its replies are stored
             if role != "user":
                 raise UsageError(f"{where}: a message's role is user, assistant, system or developer")
             check_size(request, text)
+            if media is not None:
+                media.append(found)
             dedup = f"{prefix}:{index}" if prefix else f"auto:{uuid.uuid4().hex}"
             items.append(
                 NewInput(
@@ -303,7 +309,9 @@ async def responses(
         )  # 404 for a response id of no thread of this tenant
     declared = external.from_responses(body.tools) if body.tools else []
     tools_json, names = client_tools(rt, agent, declared)
-    items, answers = parse_input(body, thread_id, agent, idempotency_key, request, tools_json)
+    media: list[list[PartInput]] = []
+    items, answers = parse_input(body, thread_id, agent, idempotency_key, request, tools_json, media)
+    items = await with_parts(rt, items, media)  # images and files: checked, then stored
     extra: dict[str, Any] = {"previous_response_id": body.previous_response_id}
     if body.conversation is not None:
         cid = body.conversation if isinstance(body.conversation, str) else body.conversation.id

@@ -34,6 +34,7 @@ from .schemas import (
     ToolResultIn,
 )
 from .state import state_of, tenant_scope
+from .uploads import served_type
 
 ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 422, 429, 503)
@@ -189,12 +190,16 @@ async def read_blob(
 ) -> Response:
     """Bytes of a blob the thread (or an ancestor) refers to: a large tool output stored
     whole, of which the thread's messages show an excerpt and the ref. ``X-Blob-Size``
-    is its size; a read past the end is empty."""
+    is its size; a read past the end is empty. An image or PDF part (validated when it
+    was admitted) is served with its media type, anything else as
+    ``application/octet-stream``, always with ``X-Content-Type-Options: nosniff``."""
     store = runtime_of(request).store
     inner = scope.inner(thread_id)
     blob = await store.get_blob(inner, ref, tenant=scope.tenant_id)
     data = await store.read_blob(inner, ref, offset, length, tenant=scope.tenant_id)
-    return Response(data, media_type="application/octet-stream", headers={"X-Blob-Size": str(blob.size)})
+    head = data if offset == 0 else await store.read_blob(inner, ref, 0, 16, tenant=scope.tenant_id)
+    headers = {"X-Blob-Size": str(blob.size), "X-Content-Type-Options": "nosniff"}
+    return Response(data, media_type=served_type(head), headers=headers)
 
 
 @router.post("/threads/{thread_id}/retry", response_model=ThreadOut)

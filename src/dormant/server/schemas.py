@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..records import Message, StoreStatus, Thread, Usage
@@ -139,6 +140,35 @@ class InputCreate(Body):
         description="the sender's identity parts (e.g. phone, device): their binding key is the "
         "input's source and the thread's subject from the slice that takes it",
     )
+    parts: list[PartIn] = Field(
+        [], max_length=256, description="images and files after the text, in order (base64)"
+    )
+
+
+class PartIn(Body):
+    """An image or a file of an input, its bytes in base64 (bounded by the request body
+    limit). Its media type is sniffed from the bytes, never taken from the client."""
+
+    type: Literal["image", "file"]
+    data: str = Field(..., description="the bytes, base64 (standard alphabet, padded)")
+    name: str | None = Field(None, max_length=256, description="a file name shown to the model")
+    text: str | None = Field(
+        None, max_length=64 * 1024, description="alt text of an image, or the text of a file"
+    )
+
+
+class PartOut(BaseModel):
+    """An image or a file of a message: its blob reference and facts, never its bytes
+    (read them at ``/v1/threads/{thread_id}/blobs/{ref}``)."""
+
+    kind: str
+    ref: str
+    media_type: str
+    size: int
+    width: int = 0
+    height: int = 0
+    name: str | None = None
+    text: str | None = None
 
 
 class AdmissionOut(BaseModel):
@@ -178,6 +208,7 @@ class MessageOut(BaseModel):
     cut: bool = False
     reasoning: str | None = None
     usage: UsageOut | None = None
+    parts: list[PartOut] = []
 
     @classmethod
     def of(cls, message: Message) -> MessageOut:
@@ -194,6 +225,7 @@ class MessageOut(BaseModel):
             cut=message.cut,
             reasoning=message.reasoning,
             usage=UsageOut.of(message.usage) if message.usage is not None else None,
+            parts=[PartOut(**msgspec.structs.asdict(p)) for p in message.parts],
         )
 
 

@@ -17,11 +17,10 @@ makes the thread wait, uncounted, with the reason and the time in its row
 answer: the slice fails for good, its input stays pending, the reason is the
 thread's ``error``.
 
-What the server said about each reply is kept: its usage on the
-assistant message and summed on the thread (compaction calls included), its
-``finish_reason`` (a reply cut by the output cap is marked cut, and with the agent's
-``max_continuations`` continued in the same slice), its reasoning apart from the
-answer.
+What the server said about each reply is kept: its usage on the assistant message and
+summed on the thread (compaction calls included), its ``finish_reason`` (a reply cut
+by the output cap is marked cut, and with the agent's ``max_continuations`` continued
+in the same slice), its reasoning apart from the answer.
 
 A store that cannot take the commit for now (locked by another process, full,
 overloaded) is not the thread's fault: the slice is retried later without counting a
@@ -312,6 +311,7 @@ class SliceRunner:
             usage=spent,
             sections=prepared.sections if prepared is not None else "",
             external=client_tools,
+            blobs=self.store,  # the bytes of the view's images and files, read per request
         )
         handle = prepared.handle if prepared is not None else None
         while turn.wants_model:

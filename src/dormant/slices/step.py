@@ -18,12 +18,15 @@ keeps the hardest rules testable without a database or a model:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..approvals import ASK_USER, needs_approval, request_for
 from ..models.base import ModelReply, ModelRequest
+from ..parts.render import BlobSource as BlobReader
+from ..parts.render import read_whole
 from ..records import (
     CommitPlan,
     Input,
@@ -113,7 +116,15 @@ def input_message(item: Input, seq: int, now: float) -> Message:
     else:
         content = item.content
     sent = item.admitted_at if 0 < item.admitted_at <= now else now
-    return Message(seq=seq, role="user", content=content, source=item.kind, input_id=item.id, created_at=sent)
+    return Message(
+        seq=seq,
+        role="user",
+        content=content,
+        source=item.kind,
+        input_id=item.id,
+        created_at=sent,
+        parts=item.parts,
+    )
 
 
 class Turn:
@@ -133,8 +144,11 @@ class Turn:
         usage: Usage | None = None,
         sections: str = "",
         external: Sequence[dict[str, Any]] = (),
+        blobs: BlobReader | None = None,
     ) -> None:
         self.thread = load.thread
+        #: where the bytes of the view's images and files are read when a request is built
+        self._blobs = blobs
         #: the client's tool schemas (shown to the model after the agent's own) and names
         self.external = tuple(external)
         self._external_names = frozenset(schema["function"]["name"] for schema in self.external)
@@ -212,6 +226,9 @@ class Turn:
             messages=messages,
             tools=self.tools.schemas + self.external,
             summary=compose(self._summary.content if self._summary is not None else None, self.sections),
+            blobs=functools.partial(read_whole, self._blobs, self.thread.id)
+            if self._blobs is not None and any(m.parts for m in messages)
+            else None,
         )
 
     def on_reply(self, reply: ModelReply) -> list[InlineCall]:

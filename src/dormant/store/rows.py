@@ -19,6 +19,7 @@ from ..records import (
     JournalEntry,
     Message,
     OutboxEntry,
+    Part,
     Priority,
     Summary,
     Tenant,
@@ -35,11 +36,11 @@ THREAD_COLS = (
 )
 INPUT_COLS = (
     "id, thread_id, kind, dedup_key, content, priority, not_before, admitted_at, "
-    "call_id, tool_name, is_error, source"
+    "call_id, tool_name, is_error, source, parts"
 )
 MESSAGE_COLS = (
     "seq, role, content, tool_calls, tool_call_id, name, source, input_id, created_at, tokens, "
-    "finish_reason, reasoning, usage_prompt, usage_completion, usage_cached"
+    "finish_reason, reasoning, usage_prompt, usage_completion, usage_cached, parts"
 )
 SUMMARY_COLS = "thread_id, upto_seq, content, tokens, covered_tokens, made_at_seq, created_at"
 OUTBOX_COLS = (
@@ -68,6 +69,13 @@ THREAD_TABLES = (
 
 PRIORITIES = tuple(Priority)  # by value: cheaper than Priority(n) per row
 TOOL_CALLS = msgspec.json.Decoder(tuple[ToolCall, ...])
+PARTS = msgspec.json.Decoder(tuple[Part, ...])
+_PARTS_OUT = msgspec.json.Encoder()
+
+
+def encode_parts(parts: Sequence[Part]) -> str | None:
+    """A ``parts`` column's value: JSON references and facts, NULL for none."""
+    return _PARTS_OUT.encode(parts).decode() if parts else None
 
 
 def row_thread(row: Sequence[Any]) -> Thread:
@@ -112,6 +120,7 @@ def row_input(row: Sequence[Any]) -> Input:
         tool_name=row[9],
         is_error=bool(row[10]),
         source=row[11],
+        parts=PARTS.decode(row[12]) if row[12] else (),
     )
 
 
@@ -133,6 +142,7 @@ def row_message(row: Sequence[Any]) -> Message:
         usage=None
         if row[12] is None
         else Usage(prompt=row[12], completion=row[13] or 0, cached=row[14] or 0),
+        parts=PARTS.decode(row[15]) if row[15] else (),
     )
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
+from ..parts.render import parts_tokens
 from ..records import Message, SliceLoad, Summary, Thread, ViewLimits
 from ..tokens import DEFAULT_ENCODING, count_message, count_text
 from .budget import utf8_len
@@ -67,6 +68,8 @@ def message_bytes(message: Message) -> int:
     At least a quarter of the tokens it can cost: see :attr:`ViewLimits.counts_tokens`.
     """
     size = len(message.content) + 16
+    if message.parts:  # 4 characters per token they can cost: the bound above holds
+        size += 4 * parts_tokens(message.parts, len)
     if message.reasoning:  # a reply of the running slice (views hold none): the adapter may send it
         size += len(message.reasoning)
     if message.name:
@@ -88,6 +91,8 @@ def token_bound(message: Message) -> int:
         size += utf8_len(message.name)
     for call in message.tool_calls:
         size += utf8_len(call.name) + utf8_len(call.arguments) + 16
+    if message.parts:
+        size += parts_tokens(message.parts, utf8_len)
     return size
 
 
@@ -102,9 +107,12 @@ def message_tokens(message: Message, encoding: str = DEFAULT_ENCODING) -> int:
     before schema 2, or while its agent's limits made counts unnecessary)."""
     if message.tokens:
         return message.tokens
-    return count_message(
+    counted = count_message(
         message.role, message.content, tool_calls=message.tool_calls, name=message.name, encoding=encoding
     )
+    if message.parts:  # images by the tile rule, files by their text (dormant.parts.render)
+        counted += parts_tokens(message.parts, lambda text: count_text(text, encoding))
+    return counted
 
 
 def with_count(message: Message, encoding: str) -> Message:
@@ -130,6 +138,10 @@ def clip(message: Message, limits: ViewLimits) -> Message:
             return message
     elif message_bytes(message) <= max_bytes:
         return message
+    if message.parts:  # too large with its images and files: shown without them, said so
+        note = f"[{len(message.parts)} image(s) or file(s) of this message left out of the view]"
+        content = f"{message.content}\n{note}" if message.content else note
+        return clip(msgspec.structs.replace(message, content=content, parts=(), tokens=0), limits)
     text = message.content
     fixed_bytes = message_bytes(message) - len(text)
     keep = max(0, min(len(text), max_bytes - fixed_bytes - 96))

@@ -331,7 +331,7 @@ class PostgresBackend(BackendDefaults):
     # -- admission and slices --------------------------------------------------------
 
     async def admit(self, items: Sequence[NewInput]) -> list[Admission]:
-        """Insert inputs in one transaction (``dormant_admit``)."""
+        """Insert inputs in one transaction (``dormant_admit_v2``: their parts too)."""
         now = self.clock()
         keys = [inbox.sort_key(item, now) for item in items]
 
@@ -382,7 +382,7 @@ class PostgresBackend(BackendDefaults):
         return result
 
     async def apply_plan(self, plan: CommitPlan) -> None:
-        """Apply a checked plan in one transaction (``dormant_commit_slice``)."""
+        """Apply a checked plan in one transaction (``dormant_commit_slice_parts``)."""
         now = self.clock()
         keys = [inbox.sort_key(item, now) for item in plan.admissions]
         if plan.memory is not None:

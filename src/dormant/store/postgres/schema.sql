@@ -85,7 +85,8 @@ CREATE TABLE inputs (
     call_id     text,
     tool_name   text,
     is_error    boolean NOT NULL DEFAULT false,
-    source      text
+    source      text,
+    parts       text  -- images and files: JSON references to blobs and their facts
 ) WITH (autovacuum_vacuum_scale_factor = 0.01);
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
@@ -123,6 +124,8 @@ CREATE TABLE messages (
     usage_prompt     integer,
     usage_completion integer,
     usage_cached     integer,
+    -- images and files: JSON references to blobs and their facts; NULL: none
+    parts            text,
     PRIMARY KEY (thread_id, seq)
 );
 
@@ -819,5 +822,40 @@ BEGIN
                                   p_sort_key, p_result, a.call_id, a.tool, false, NULL, p_now);
     END IF;
     RETURN jsonb_build_object('fresh', true, 'row', to_jsonb(a));
+END
+$$;
+
+-- Admit a batch of NewInput records as dormant_admit does, and keep each new input's
+-- parts (a JSON array of references and facts) on its row, in the same transaction.
+CREATE FUNCTION dormant_admit_v2(p_items jsonb, p_sort_keys double precision[], p_now double precision)
+RETURNS TABLE (r_input_id bigint, r_duplicate boolean) LANGUAGE plpgsql AS $$
+DECLARE
+    i integer := 0;
+BEGIN
+    FOR r_input_id, r_duplicate IN
+        SELECT a.r_input_id, a.r_duplicate FROM dormant_admit(p_items, p_sort_keys, p_now) a
+    LOOP
+        IF NOT r_duplicate AND jsonb_array_length(coalesce(p_items -> i -> 'parts', '[]')) > 0 THEN
+            UPDATE inputs SET parts = (p_items -> i -> 'parts')::text WHERE id = r_input_id;
+        END IF;
+        i := i + 1;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Apply a slice's CommitPlan as dormant_commit_slice_v2 does, and keep the parts of its
+-- messages (user messages made from inputs with images or files) on their rows.
+CREATE FUNCTION dormant_commit_slice_parts(
+    p_plan jsonb, p_sort_keys double precision[], p_now double precision
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM dormant_commit_slice_v2(p_plan, p_sort_keys, p_now);
+    IF p_plan @? '$.messages[*].parts[0]' THEN
+        UPDATE messages m SET parts = x.parts::text
+        FROM jsonb_to_recordset(p_plan -> 'messages') AS x (seq bigint, parts jsonb)
+        WHERE m.thread_id = p_plan ->> 'thread_id' AND m.seq = x.seq
+          AND jsonb_array_length(coalesce(x.parts, '[]')) > 0;
+    END IF;
 END
 $$;

@@ -20,8 +20,8 @@ from ..rows import (
 )
 
 # The multi-row operations take their records as one jsonb document (msgspec encoding).
-ADMIT = "SELECT r_input_id, r_duplicate FROM dormant_admit(%s::jsonb, %s::float8[], %s::float8)"
-COMMIT_SLICE = "SELECT dormant_commit_slice_v2(%s::jsonb, %s::float8[], %s::float8)"
+ADMIT = "SELECT r_input_id, r_duplicate FROM dormant_admit_v2(%s::jsonb, %s::float8[], %s::float8)"
+COMMIT_SLICE = "SELECT dormant_commit_slice_parts(%s::jsonb, %s::float8[], %s::float8)"
 FINISH_OUTBOX = "SELECT held FROM dormant_finish_outbox(%s::jsonb, %s::float8, %s::float8) AS held"
 CLAIM_OUTBOX = (
     f"SELECT {OUTBOX_COLS} FROM dormant_claim_outbox(%s, %s::integer, %s, %s::float8, %s::float8, "

@@ -17,7 +17,7 @@ import msgspec
 from ... import inbox
 from ...errors import IdempotencyMismatch, InvalidInput, LeaseLost, NotFound, StoreError
 from ...records import Admission, Claim, CommitPlan, NewInput, Thread, Usage
-from ..rows import row_thread
+from ..rows import encode_parts, row_thread
 from . import approvals_sql, journal_sql, sql
 
 Conn = Any
@@ -69,6 +69,7 @@ def admit_one(conn: Conn, item: NewInput, now: float) -> Admission:
                 item.tool_name,
                 int(item.is_error),
                 item.source,
+                encode_parts(item.parts),
             ),
         )
     except apsw.ConstraintError as exc:
@@ -172,6 +173,7 @@ def apply_plan(conn: Conn, plan: CommitPlan, now: float) -> None:
                     m.finish_reason,
                     m.reasoning,
                     *((m.usage.prompt, m.usage.completion, m.usage.cached) if m.usage else _NO_USAGE),
+                    encode_parts(m.parts),
                 )
                 for m in messages
             ],

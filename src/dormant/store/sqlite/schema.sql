@@ -75,7 +75,8 @@ CREATE TABLE inputs (
     call_id     TEXT,
     tool_name   TEXT,
     is_error    INTEGER NOT NULL DEFAULT 0,
-    source      TEXT
+    source      TEXT,
+    parts       TEXT  -- images and files: JSON references to blobs and their facts
 );
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
@@ -114,7 +115,8 @@ CREATE TABLE messages (
     reasoning        TEXT,
     usage_prompt     INTEGER,
     usage_completion INTEGER,
-    usage_cached     INTEGER
+    usage_cached     INTEGER,
+    parts            TEXT  -- images and files: JSON references to blobs and their facts
 );
 CREATE UNIQUE INDEX messages_thread_seq ON messages (thread_id, seq);
 

@@ -108,14 +108,14 @@ RETURNING {OUTBOX_COLS}
 # path admits two inputs per turn. The same holds, less so, for FINISH_SLICE below.
 INSERT_INPUT = """
 INSERT INTO inputs (thread_id, dedup_key, kind, priority, not_before, admitted_at, sort_key,
-                    content, call_id, tool_name, is_error, source)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    content, call_id, tool_name, is_error, source, parts)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 INSERT_MESSAGE = """
 INSERT INTO messages (thread_id, seq, role, content, tool_calls, tool_call_id, name, source,
                       input_id, created_at, tokens, finish_reason, reasoning, usage_prompt,
-                      usage_completion, usage_cached)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      usage_completion, usage_cached, parts)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 INSERT_SUMMARY = """
 INSERT INTO summaries (thread_id, upto_seq, made_at_seq, content, tokens, covered_tokens, created_at)

@@ -1,4 +1,5 @@
-"""Frozen records that cross module boundaries: threads, inputs, messages, plans.
+"""Frozen records that cross module boundaries: threads, inputs, messages, plans; the
+waits for a person are in :mod:`.waits` (re-exported here).
 
 They are ``msgspec.Struct`` classes (frozen, keyword-only) because they sit on
 the hot path: cheap to build, cheap to encode. Stores convert rows to these at
@@ -12,8 +13,12 @@ from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 import msgspec
 
+from .waits import Approval as Approval
+from .waits import ApprovalStatus as ApprovalStatus
+from .waits import NewApproval as NewApproval
+
 if TYPE_CHECKING:
-    from .memory.backend import MemoryWrites
+    from ..memory.backend import MemoryWrites
 
 T = TypeVar("T")
 
@@ -72,6 +77,25 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
+class Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A non-text content part of a message: a reference to its stored bytes and their facts.
+
+    ``ref`` is the blob (``sha256:<hex>``) holding the bytes, stored once however often
+    they are sent; ``media_type`` was sniffed from the bytes, never taken from the client.
+    ``text`` is what a model that cannot see the part is shown (alt text, a caption, a
+    PDF's extracted text), None when there is none. See :mod:`dormant.parts`.
+    """
+
+    kind: Literal["image", "file"]
+    ref: str
+    media_type: str
+    size: int
+    width: int = 0
+    height: int = 0
+    name: str | None = None
+    text: str | None = None
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     """One entry of a thread's history, numbered by ``seq`` (1, 2, ...) within the thread.
 
@@ -100,6 +124,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: str | None = None
     #: an assistant message: the tokens the server counted for the call(s) that wrote it
     usage: Usage | None = None
+    #: the message's images and files, in order, after its text (references, never bytes)
+    parts: tuple[Part, ...] = ()
 
     @property
     def cut(self) -> bool:
@@ -130,6 +156,8 @@ class NewInput(msgspec.Struct, frozen=True, kw_only=True):
     #: admitted (not a duplicate) they become its thread's :attr:`Thread.client_tools`,
     #: ``"[]"`` clearing them; None leaves the thread's as they are
     tools: str | None = None
+    #: its images and files, already stored as blobs (:func:`dormant.parts.store_parts`)
+    parts: tuple[Part, ...] = ()
 
 
 #: Longest :attr:`NewInput.fingerprint` (a hash in hex, with a short scheme prefix).
@@ -153,6 +181,8 @@ class Input(msgspec.Struct, frozen=True, kw_only=True):
     tool_name: str | None = None
     is_error: bool = False
     source: str | None = None
+    #: its images and files (references to stored blobs), in order after its text
+    parts: tuple[Part, ...] = ()
 
 
 class Admission(msgspec.Struct, frozen=True, kw_only=True):
@@ -316,52 +346,6 @@ class NewCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
     idempotent: bool = False
     external: bool = False
-
-
-ApprovalStatus = Literal["requested", "escalated", "approved", "edited", "denied", "expired", "answered"]
-#: The statuses of a wait still open (someone may act on it).
-OPEN_APPROVAL = ("requested", "escalated")
-
-
-class NewApproval(msgspec.Struct, frozen=True, kw_only=True):
-    """A call a person must approve (``kind`` ``approval``) or a question they must answer
-    (``question``: ``ask_user``), committed with the slice instead of an outbox entry.
-    ``deadline`` is a clock time (0: none); at it the wait expires, or escalates once to
-    ``escalate_role`` for ``escalate_s`` more seconds when that is set."""
-
-    call_id: str
-    tool: str
-    arguments: str
-    kind: Literal["approval", "question"] = "approval"
-    idempotent: bool = False
-    role: str | None = None
-    deadline: float = 0.0
-    escalate_role: str | None = None
-    escalate_s: float = 0.0
-
-
-class Approval(msgspec.Struct, frozen=True, kw_only=True):
-    """A stored wait for a person: its request and, once acted on, the decision.
-    ``arguments`` are the model's; ``decided_arguments`` those that ran (an edit's)."""
-
-    id: int
-    thread_id: str
-    tenant: str
-    call_id: str
-    kind: str
-    tool: str
-    arguments: str
-    status: ApprovalStatus
-    role: str | None = None
-    deadline: float = 0.0
-    escalate_role: str | None = None
-    escalate_s: float = 0.0
-    decision_key: str | None = None
-    decided_by: str | None = None
-    note: str | None = None
-    decided_arguments: str | None = None
-    requested_at: float = 0.0
-    decided_at: float | None = None
 
 
 class NewThread(msgspec.Struct, frozen=True, kw_only=True):

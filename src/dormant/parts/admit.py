@@ -1,0 +1,89 @@
+"""Admission of parts: every part checked first, then its blob stored (once by content)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from ..errors import InvalidInput, PayloadTooLarge
+from ..records import BlobRef, Part
+from .inputs import File, Image, Limits, PartInput, Text, read_source
+from .media import Checked, check_file, check_image
+
+
+class BlobWriter(Protocol):
+    """What :func:`store_parts` needs of a store (:meth:`Store.put_blob`)."""
+
+    async def put_blob(self, thread_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes]) -> BlobRef:
+        """Store ``chunks`` as one blob referred to by ``thread_id``."""
+        ...
+
+    async def create_thread(self, thread_id: str, agent: str) -> Any:
+        """Create the thread if it does not exist."""
+        ...
+
+
+#: Bytes of one stored piece handed to the blob store (its own chunking decides the rest).
+PIECE = 256 * 1024
+
+
+def _pieces(data: bytes) -> Iterator[bytes]:
+    view = memoryview(data)
+    for at in range(0, len(data), PIECE):
+        yield bytes(view[at : at + PIECE])
+
+
+def check(part: Image | File, limits: Limits) -> tuple[Checked, str | None]:
+    """One part's bytes read (bounded) and checked; its name (the caller's, else the path's)."""
+    data, path_name = read_source(part.source, limits.part_bytes)
+    checked = check_image(data, limits) if isinstance(part, Image) else check_file(data, limits)
+    return checked, part.name or path_name
+
+
+async def store_parts(
+    store: BlobWriter, thread_id: str, parts: Sequence[PartInput], limits: Limits, agent: str | None = None
+) -> tuple[str, tuple[Part, ...]]:
+    """The text and the stored parts of an input made of ``parts``.
+
+    Every part is read and checked off the event loop before anything is stored: a
+    refused one (InvalidInput, PayloadTooLarge, UnsupportedMedia) leaves nothing
+    behind. Then each part's bytes go to the blob store, keyed by their SHA-256 (the
+    same bytes twice are one blob), and the part keeps the reference and its facts.
+    With ``agent``, a missing thread is created (with that agent) once all parts passed.
+    """
+    media = [p for p in parts if not isinstance(p, Text)]
+    if len(media) > limits.count:
+        raise InvalidInput(f"an input carries at most {limits.count} images and files, not {len(media)}")
+    for p in parts:
+        if not isinstance(p, Text | Image | File):
+            raise InvalidInput(f"a part is a Text, an Image or a File, not {type(p).__name__}")
+    text = "\n\n".join(p.text for p in parts if isinstance(p, Text) and p.text)
+    checked: list[tuple[Checked, str | None, Image | File]] = []
+    total = 0
+    for p in media:
+        assert isinstance(p, Image | File)
+        found, name = await asyncio.to_thread(check, p, limits)
+        total += len(found.data)
+        if total > limits.input_bytes:
+            raise PayloadTooLarge(f"the parts of an input are over the limit of {limits.input_bytes} bytes")
+        checked.append((found, name, p))
+    out: list[Part] = []
+    if checked and agent is not None:
+        await store.create_thread(thread_id, agent)
+    for found, name, p in checked:
+        ref = await store.put_blob(thread_id, _pieces(found.data))
+        given = p.alt if isinstance(p, Image) else p.text
+        out.append(
+            Part(
+                kind="image" if found.kind == "image" else "file",
+                ref=ref.ref,
+                media_type=found.media_type,
+                size=ref.size,
+                width=found.width,
+                height=found.height,
+                name=name,
+                text=given if given is not None else found.text,
+            )
+        )
+    return text, tuple(out)

@@ -1,0 +1,142 @@
+"""What a model is shown of a part, and what an image costs in the budget.
+
+A model that sees images gets an ``image_url`` content part whose data URI is built
+from the blob store when the request is built (:func:`resolve`), never kept for an
+idle thread; a file goes as a ``file`` part where the dialect takes them, else as its
+text. A text-only model gets :func:`placeholder`: the part's text or a short line
+naming the image, its width and height and its text (``no text`` when none), so a thread can switch models.
+
+Image cost follows OpenAI's published tile rule (:func:`image_tokens`): ``low`` detail
+is 85 tokens; ``high`` fits the image in 2048 by 2048, scales its shortest side to 768,
+and costs 85 + 170 per 512-px tile. Other servers get the same count (an estimate).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from ..records import BlobRef, Message, Part
+
+#: The tokens an image costs at ``low`` detail, and the base of ``high``.
+IMAGE_BASE_TOKENS = 85
+#: The tokens of each 512-px tile at ``high`` detail.
+IMAGE_TILE_TOKENS = 170
+#: The most characters of a part's text a text-only model is shown.
+PLACEHOLDER_TEXT_CHARS = 4000
+
+
+def image_tokens(width: int, height: int, detail: str = "auto") -> int:
+    """Tokens an image costs (OpenAI's rule; ``auto`` counts as ``high``)."""
+    if detail == "low" or width <= 0 or height <= 0:
+        return IMAGE_BASE_TOKENS
+    w, h = float(width), float(height)
+    if max(w, h) > 2048:
+        scale = 2048 / max(w, h)
+        w, h = w * scale, h * scale
+    if min(w, h) > 768:
+        scale = 768 / min(w, h)
+        w, h = w * scale, h * scale
+    tiles = math.ceil(w / 512) * math.ceil(h / 512)
+    return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * tiles
+
+
+def parts_tokens(parts: tuple[Part, ...], count: Callable[[str], int]) -> int:
+    """Tokens a message's parts cost, whichever way the model is sent them: each image
+    at ``high`` detail plus its placeholder, each file its whole text plus its
+    placeholder (an upper bound of either rendering). ``count`` counts a text's tokens."""
+    total = 0
+    for part in parts:
+        total += count(placeholder(part)) + 8  # 8: a content part's framing
+        if part.kind == "image":
+            total += image_tokens(part.width, part.height, "high")
+        elif part.text:
+            total += count(part.text)
+    return total
+
+
+def placeholder(part: Part) -> str:
+    """The text a model that cannot take ``part`` is shown instead."""
+    name = part.name or part.kind
+    text = (part.text or "")[:PLACEHOLDER_TEXT_CHARS]
+    if part.kind == "image":
+        return f"[image: {name}, {part.width}\N{MULTIPLICATION SIGN}{part.height}, {text or 'no text'}]"
+    head = f"[file: {name}, {part.media_type}, {part.size} bytes]"
+    return f"{head}\n{text}" if text else head
+
+
+def text_of(message: Message) -> str:
+    """A message's text with its parts as placeholders: what a text-only model reads."""
+    if not message.parts:
+        return message.content
+    return "\n\n".join([message.content, *(placeholder(p) for p in message.parts)]).strip()
+
+
+def content_parts(message: Message, detail: str, files: bool) -> list[dict[str, Any]]:
+    """A user message's Chat Completions content array; images name their blob in
+    ``url`` until :func:`resolve` puts the bytes in."""
+    out: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    for part in message.parts:
+        if part.kind == "image":
+            out.append({"type": "image_url", "image_url": {"url": part.ref, "detail": detail}})
+        elif files and part.media_type == "application/pdf":
+            out.append({"type": "file", "file": {"filename": part.name or "file.pdf", "file_data": part.ref}})
+        else:
+            out.append({"type": "text", "text": placeholder(part)})
+    return out
+
+
+#: Reads a whole blob by its reference (the store's bytes, bounded by the part limit).
+BlobFetch = Callable[[str], Awaitable[bytes]]
+
+
+class BlobSource(Protocol):
+    """What :func:`read_whole` needs of a store."""
+
+    async def get_blob(self, thread_id: str, ref: str) -> BlobRef:
+        """The blob ``ref`` as ``thread_id`` may see it; NotFound otherwise."""
+        ...
+
+    async def read_blob(self, thread_id: str, ref: str, offset: int = 0, length: int = 65536) -> bytes:
+        """Bytes ``offset .. offset + length`` of the blob ``ref``."""
+        ...
+
+
+#: Bytes of one read of a part's blob (the store's largest read).
+READ_BYTES = 1024 * 1024
+
+
+async def read_whole(source: BlobSource, thread_id: str, ref: str) -> bytes:
+    """All the bytes of a part's blob (bounded by the part limit it was admitted under),
+    read in store-sized pieces; the caller drops them once the request is sent."""
+    size = (await source.get_blob(thread_id, ref)).size
+    pieces = bytearray()
+    while len(pieces) < size:
+        piece = await source.read_blob(thread_id, ref, len(pieces), min(READ_BYTES, size - len(pieces)))
+        if not piece:
+            break
+        pieces += piece
+    return bytes(pieces)
+
+
+async def resolve(messages: list[dict[str, Any]], media: dict[str, str], fetch: BlobFetch) -> None:
+    """Put the bytes of each referenced blob into ``messages`` as data URIs, in place.
+    ``media`` maps a reference to its media type."""
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for item in content:
+            holder = item.get("image_url") if item.get("type") == "image_url" else None
+            key = "url"
+            if item.get("type") == "file":
+                holder, key = item.get("file"), "file_data"
+            if not holder or not str(holder.get(key, "")).startswith("sha256:"):
+                continue
+            ref = holder[key]
+            data = await fetch(ref)
+            holder[key] = (
+                f"data:{media.get(ref, 'application/octet-stream')};base64,{base64.b64encode(data).decode()}"
+            )

@@ -1,0 +1,95 @@
+"""Images and files through the runtime: stored once as blobs, sent to a vision model as
+data URIs read from the store, to a text-only model as placeholders; refused parts
+leave nothing behind."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import apsw
+import pytest
+
+from dormant import Agent, Runtime
+from dormant.errors import PayloadTooLarge, UnsupportedMedia
+from dormant.models.openai import OpenAIChatModel
+from dormant.parts import File, Image, Text
+from tests.helpers import all_messages
+from tests.integration.conftest import fast_settings
+from tests.media_samples import pdf, png
+from tests.openai_server import ScriptServer, fresh_breakers, server, text_reply
+
+__all__ = ["fresh_breakers", "server"]  # fixtures, used by name
+
+
+def blob_rows(path: Path) -> tuple[int, int]:
+    conn = apsw.Connection(str(path))
+    blobs = conn.execute("SELECT count(*) FROM blobs").fetchone()
+    refs = conn.execute("SELECT count(*) FROM blob_refs").fetchone()
+    conn.close()
+    assert blobs is not None and refs is not None
+    return int(blobs[0]), int(refs[0])
+
+
+async def test_a_vision_model_gets_the_image_and_a_text_only_one_its_placeholder(
+    tmp_path: Path, server: ScriptServer
+) -> None:
+    photo = tmp_path / "parcel.png"
+    photo.write_bytes(png(300, 200))
+    vision = OpenAIChatModel(model="v", base_url=server.base_url, max_retries=0, dialect="vision")
+    plain = OpenAIChatModel(model="p", base_url=server.base_url, max_retries=0, dialect="generic")
+    server.script(text_reply("a red box"), text_reply("ok"))
+    agents = [Agent(name="v", model=vision, builtins=False), Agent(name="p", model=plain, builtins=False)]
+    db = tmp_path / "d.db"
+    try:
+        async with Runtime(f"sqlite:///{db}", agents, settings=fast_settings()) as rt:
+            await rt.send(
+                "t1", parts=[Text("what is this?"), Image(photo), File(pdf("No 4711"), name="i.pdf")]
+            )
+            await rt.send("t2", "and this?", agent="p", parts=[Image(png(300, 200), name="parcel.png")])
+            await rt.run_until_idle(timeout=20)
+            first = (await all_messages(rt.store, "t1"))[0]
+            assert first.content == "what is this?"
+            image, invoice = first.parts
+            assert (image.kind, image.media_type, image.width, image.height, image.name) == (
+                "image",
+                "image/png",
+                300,
+                200,
+                "parcel.png",
+            )
+            assert (invoice.media_type, invoice.text, invoice.name) == ("application/pdf", "No 4711", "i.pdf")
+    finally:
+        await vision.aclose()
+        await plain.aclose()
+    sent = {r.body["model"]: r.body["messages"][-1]["content"] for r in server.received}
+    image_part, text_part = sent["v"][1], sent["v"][2]
+    assert sent["v"][0] == {"type": "text", "text": "what is this?"}
+    assert image_part["type"] == "image_url" and image_part["image_url"]["detail"] == "auto"
+    url = image_part["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    assert base64.b64decode(url.split(",", 1)[1]) == png(300, 200)
+    assert text_part == {
+        "type": "text",
+        "text": f"[file: i.pdf, application/pdf, {invoice.size} bytes]\nNo 4711",
+    }
+    assert sent["p"] == "and this?\n\n[image: parcel.png, 300\N{MULTIPLICATION SIGN}200, no text]"
+    # the same picture in two threads is one blob, referred to by both
+    assert blob_rows(db) == (2, 3)
+
+
+async def test_a_refused_part_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    agent = Agent(
+        name="a", model=OpenAIChatModel(model="m", base_url="http://127.0.0.1:9/v1"), builtins=False
+    )
+    settings = fast_settings(max_part_bytes=64 * 1024)
+    async with Runtime(f"sqlite:///{db}", [agent], settings=settings) as rt:
+        with pytest.raises(UnsupportedMedia):  # the second part is refused: the first is not stored
+            await rt.send("t", "x", parts=[Image(png()), Image(b"MZ\x90\x00" + bytes(100), name="a.jpg")])
+        with pytest.raises(PayloadTooLarge):
+            await rt.send("t", "x", parts=[File(bytes(70 * 1024))])
+    assert blob_rows(db) == (0, 0)
+    conn = apsw.Connection(str(db))
+    assert conn.execute("SELECT count(*) FROM threads").fetchone() == (0,)
+    conn.close()
