@@ -117,7 +117,10 @@ class Settings(BaseModel):
     model_stream_timeout_s: float = Field(
         60.0,
         gt=0,
-        description="seconds a streaming model reply may go without a piece before it counts as dead",
+        description=(
+            "seconds a streaming model reply may go without a piece before it counts as dead "
+            "(it is cut between this and twice this after its last piece)"
+        ),
     )
     model_check_s: float = Field(
         1.0,

@@ -109,6 +109,7 @@ class Paced:
     ("model", "error"),
     [
         (Paced(first=0.05, gap=0.1, pieces=8), None),  # 0.85 s in all: longer than either deadline
+        (Paced(first=0.0, gap=0.2, pieces=8), None),  # every gap just under the deadline's
         (Paced(first=1.0, gap=0.0, pieces=1), "the model sent nothing within 0.4s"),
         (Paced(first=0.0, gap=0.0, pieces=3, stall_after=2), "stream stalled: no piece for 0.25s after 2"),
     ],

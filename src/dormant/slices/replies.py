@@ -104,11 +104,22 @@ class StreamDeadline:
     async def watch(
         self, stream: AsyncIterator[ModelEvent], scope: asyncio.Timeout
     ) -> AsyncIterator[ModelEvent]:
-        """``stream``, moving ``scope``'s deadline ``gap_s`` ahead at each piece."""
+        """``stream``, keeping ``scope``'s deadline at least ``gap_s`` after each piece.
+
+        The deadline moves (to ``2 x gap_s`` ahead) only when less than ``gap_s`` is left,
+        about once per ``gap_s`` of streaming rather than at every piece: a reschedule
+        cancels and re-queues an event-loop timer, and a reply is hundreds of pieces. A
+        stalled stream is so cut between ``gap_s`` and ``2 x gap_s`` after its last piece,
+        never sooner than ``gap_s``."""
         loop = asyncio.get_running_loop()
+        gap = self.gap_s
         async for event in stream:
             self.pieces += 1
-            scope.reschedule(loop.time() + self.gap_s)
+            now = loop.time()
+            when = scope.when()
+            # the first piece ends the first-piece deadline whatever is left of it
+            if self.pieces == 1 or when is None or when - now < gap:
+                scope.reschedule(now + 2 * gap)
             yield event
 
     def reason(self) -> str:
