@@ -220,7 +220,16 @@ async def overview(request: Request) -> Response:
     viewer = viewer_of(request)
     rt = state_of(request).runtime
     status = await rt.status(viewer.tenant)
-    return page(request, viewer, "overview.html", status_counts=status, nav="overview")
+    waits, oldest = await rt.store.open_approvals(tenant=viewer.tenant)
+    return page(
+        request,
+        viewer,
+        "overview.html",
+        status_counts=status,
+        waits_open=waits,
+        waits_oldest_s=None if oldest is None else max(0.0, rt.clock() - oldest),
+        nav="overview",
+    )
 
 
 @router.get("/api/samples")
@@ -282,7 +291,9 @@ async def threads(request: Request) -> Response:
         chosen = q["tenant"][:200]
         tenant = (await rt.store.tenant(chosen)).id
     cursor = q.get("cursor") or None
-    if cursor is not None and tenant is not None and tenant_of(cursor) != tenant:
+    if filters.state == "person":  # the cursor is a wait's
+        cursor = cursor if cursor and cursor.isdigit() and len(cursor) < 19 else None
+    elif cursor is not None and tenant is not None and tenant_of(cursor) != tenant:
         cursor = None
     listing = await data.list_threads(rt, tenant=tenant, cursor=cursor, filters=filters)
     base = {"tenant": chosen, "agent": filters.agent, "state": filters.state, "active": filters.active}
@@ -303,7 +314,7 @@ async def threads(request: Request) -> Response:
         activity=list(data.ACTIVITY),
         next_url=next_url,
         first=cursor is None,
-        state_of=data.state_of,
+        state_of=(lambda _: "person") if filters.state == "person" else data.state_of,
         nav="threads",
     )
 
@@ -344,7 +355,7 @@ async def thread(request: Request) -> Response:
         journal_url=journal_url,
         registers=json.dumps(registers, indent=1, ensure_ascii=False, default=str)[:20000],
         first=cursor is None,
-        state=data.state_of(row),
+        state=await data.live_state(rt, row),
         nav="threads",
     )
 
@@ -357,7 +368,8 @@ async def thread_head(request: Request) -> Response:
     rt = state_of(request).runtime
     row = await rt.thread(_thread_id(viewer, request.query_params.get("id", "")), tenant=viewer.tenant)
     return JSONResponse(
-        {"last_seq": row.last_seq, "state": data.state_of(row), "updated_at": row.updated_at}, headers=HEADERS
+        {"last_seq": row.last_seq, "state": await data.live_state(rt, row), "updated_at": row.updated_at},
+        headers=HEADERS,
     )
 
 
