@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from dormant.server.ui.waits import who
+from dormant.tenants.keys import parse_key
 from tests.helpers import eventually
 from tests.server.dashboard_support import ADMIN, PAID, waiting_dashboard
 from tests.server.support import Served
@@ -80,7 +81,8 @@ async def test_approve_once_per_form_key_and_a_conflict_shows_the_first(
             assert audits and audits[0].__dict__["decision"] == "approve"
             page = await reply_of(a, "t1", "tool said: paid 5")
             assert PAID == [5]
-            assert "approved" in page and f"tenant:{(await s.runtime.store.tenant('acme')).id}" in page
+            acme = (await s.runtime.store.tenant("acme")).id
+            assert "approved" in page and f"tenant:{acme} key:{parse_key(s.key_a)[0]}" in page
             # a deny from a form rendered before the approval: the first decision is shown
             deny = {**form(listing.text, "deny", "p"), "note": "too much"}
             conflict = await a.post("/ui/approvals/decide", data=deny)
@@ -151,3 +153,4 @@ def test_decisions_name_the_viewer() -> None:
 
     assert who(Viewer(tenant=None, nonce="n", expires=0)) == "operator"
     assert who(Viewer(tenant="t9", nonce="n", expires=0)) == "tenant:t9"
+    assert who(Viewer(tenant="t9", nonce="n", expires=0, key="k1")) == "tenant:t9 key:k1"

@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ...errors import DormantError, InvalidInput, NotFound, UsageError, http_status
+from ...tenants.keys import parse_key
 from ...tenants.scope import Scope, tenant_of
 from ..state import ServerState, state_of
 from . import data
@@ -178,18 +179,20 @@ async def login(request: Request) -> Response:
     fields = await form_of(request, None)
     token = fields.get("token", "").strip()
     tenant: str | None
+    key_id: str | None = None
     admin = st.config.admin_token
     if admin and hmac.compare_digest(token.encode(), admin.encode()):
         tenant = None
     else:
         try:
             tenant = (await st.runtime.store.authenticate(token)).id if token else ""
+            key_id = parse_key(token)[0] if tenant else None
         except DormantError:
             tenant = ""
         if not tenant:
             log.info("ui_login_refused", extra={"client": request.client.host if request.client else None})
             return page(request, None, "login.html", status=401, message="That token is not valid.")
-    viewer_cookie = sessions_of(st).issue(tenant)
+    viewer_cookie = sessions_of(st).issue(tenant, key=key_id)
     response = RedirectResponse("/ui/overview", status_code=303, headers=HEADERS)
     response.set_cookie(
         COOKIE,

@@ -5,7 +5,7 @@ schema) for a call and an answer form for a question.
 
 A decision goes through :meth:`Runtime.decide` / :meth:`Runtime.answer` (the one way
 to decide, as REST and the CLI do), in the viewer's tenant (another tenant's wait is
-404), with ``by=`` the viewer (``operator`` or ``tenant:<id>``) and the form's own
+404), with ``by=`` the viewer (``operator``, or ``tenant:<id> key:<key id>``) and the form's own
 decision key: a form submitted twice decides once, and a different decision on a
 decided wait shows the first one (409). Every decision is a CSRF-checked form POST,
 audited (``ui_action``) before it is answered.
@@ -53,8 +53,11 @@ env.globals["is_open"] = is_open
 
 
 def who(viewer: Viewer) -> str:
-    """The decider a viewer's decisions name."""
-    return "operator" if viewer.operator else f"tenant:{viewer.tenant}"
+    """The decider a viewer's decisions name: ``operator``, or ``tenant:<id>`` and the
+    id of the key it logged in with (``tenant:<id> key:<key id>``)."""
+    if viewer.operator:
+        return "operator"
+    return f"tenant:{viewer.tenant}" + (f" key:{viewer.key}" if viewer.key else "")
 
 
 def _back(fields: dict[str, str], thread_id: str) -> str:
@@ -173,7 +176,8 @@ async def decide(request: Request) -> Response:
         decision=action,
         status=row.status,
         note=note,
-        key=key,
+        by=row.decided_by,
+        decision_key=key,
     )
     return RedirectResponse(_back(fields, thread_id), status_code=303, headers=HEADERS)
 
@@ -193,5 +197,14 @@ async def answer(request: Request) -> Response:
         row = await rt.answer(thread_id, call, text, by=who(viewer), key=key, tenant=viewer.tenant)
     except DecisionConflict as exc:
         return _conflict(request, viewer, exc)
-    audit(viewer, "answer_question", thread_id, call=call, status=row.status, answer=text[:500], key=key)
+    audit(
+        viewer,
+        "answer_question",
+        thread_id,
+        call=call,
+        status=row.status,
+        answer=text[:500],
+        by=row.decided_by,
+        decision_key=key,
+    )
     return RedirectResponse(_back(fields, thread_id), status_code=303, headers=HEADERS)
