@@ -230,10 +230,8 @@ async def timeline(rt: Runtime, thread_id: str, *, tenant: str | None, cursor: s
             meta = f"compaction summary of messages up to #{summary.upto_seq} ({summary.tokens} tokens)"
             at = next((n for n, item in enumerate(items) if item.seq <= made), len(items))
             items.insert(at, Item("summary", made, 0.0, text, cut, meta=meta))
-    return Timeline(
-        items=with_waits(items, await thread_waits(rt, thread_id, tenant=tenant)),
-        next_cursor=page.next_cursor,
-    )
+    waits = await thread_waits(rt, thread_id, tenant=tenant)
+    return Timeline(items=with_waits(items, waits, newest=cursor is None), next_cursor=page.next_cursor)
 
 
 #: Waits of one thread read for its timeline: every open one and the first decided ones.
@@ -250,26 +248,29 @@ async def thread_waits(rt: Runtime, thread_id: str, *, tenant: str | None) -> di
     return found
 
 
-def with_waits(items: list[Item], waits: dict[str, Approval]) -> list[Item]:
-    """``items`` with each wait drawn just above (after, in time) the call that made it."""
+def _wait_item(wait: Approval, seq: int) -> Item:
+    text, cut = shown(wait.arguments)
+    at = wait.decided_at or wait.requested_at
+    return Item("approval", seq, at, text, cut, name=wait.tool, call_id=wait.call_id, wait=wait)
+
+
+def with_waits(items: list[Item], waits: dict[str, Approval], *, newest: bool = False) -> list[Item]:
+    """``items`` with each wait drawn just above (after, in time) the call that made it;
+    on the ``newest`` page, open waits whose call is not on it go on top."""
     out: list[Item] = []
+    placed: set[str] = set()
     for item in items:
         wait = waits.get(item.call_id or "") if item.kind == "call" else None
         if wait is not None:
-            text, cut = shown(wait.arguments)
-            out.append(
-                Item(
-                    "approval",
-                    item.seq,
-                    wait.decided_at or wait.requested_at,
-                    text,
-                    cut,
-                    name=wait.tool,
-                    call_id=wait.call_id,
-                    wait=wait,
-                )
-            )
+            out.append(_wait_item(wait, item.seq))
+            placed.add(wait.call_id)
         out.append(item)
+    if newest:
+        top = items[0].seq if items else 0
+        left = [
+            w for w in waits.values() if w.call_id not in placed and w.status in ("requested", "escalated")
+        ]
+        out[:0] = [_wait_item(w, top) for w in left]
     return out
 
 
