@@ -1,7 +1,7 @@
 """Waits for a person over REST (v1): list the open approvals and questions (paged),
 decide a call, answer a question. Tenant-scoped like every route: another tenant's
 thread or call id answers 404. The routes call :meth:`Runtime.decide` and
-:meth:`Runtime.answer`, the one way to decide (the dashboard calls these routes)."""
+:meth:`Runtime.answer`, the one way to decide (the dashboard calls them too)."""
 
 from __future__ import annotations
 

@@ -33,3 +33,36 @@ async def test_the_summary_sits_where_it_was_written_on_the_page_that_holds_it()
         assert older.items and all(item.kind != "summary" for item in older.items)
     finally:
         await rt.close()
+
+
+def test_waits_sit_above_their_calls_and_open_ones_off_the_page_go_on_top_of_the_newest() -> None:
+    from dormant.records import Approval, ApprovalStatus
+
+    def wait(call: str, status: ApprovalStatus) -> Approval:
+        return Approval(
+            id=1,
+            thread_id="t",
+            tenant="",
+            call_id=call,
+            kind="approval",
+            tool="pay",
+            arguments="{}",
+            status=status,
+        )
+
+    items = [
+        data.Item("result", 9, 0.0, "ok", call_id="c2"),
+        data.Item("call", 8, 0.0, "{}", name="pay", call_id="c2"),
+        data.Item("input", 7, 0.0, "hi"),
+    ]
+    waits = {"c2": wait("c2", "approved"), "c0": wait("c0", "requested"), "c1": wait("c1", "denied")}
+    shown = [(i.kind, i.call_id) for i in data.with_waits(items, waits, newest=True)]
+    assert shown == [
+        ("approval", "c0"),
+        ("result", "c2"),
+        ("approval", "c2"),
+        ("call", "c2"),
+        ("input", None),
+    ]
+    older = [(i.kind, i.call_id) for i in data.with_waits(items, waits)]
+    assert ("approval", "c0") not in older and ("approval", "c2") in older

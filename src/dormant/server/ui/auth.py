@@ -36,6 +36,8 @@ class Viewer:
     tenant: str | None
     nonce: str
     expires: float
+    #: the id of the API key a tenant logged in with (its public part, never the secret)
+    key: str | None = None
 
     @property
     def operator(self) -> bool:
@@ -47,6 +49,7 @@ class _Payload(msgspec.Struct, frozen=True):
     w: str
     e: float
     n: str
+    k: str = ""
 
 
 class Sessions:
@@ -69,12 +72,13 @@ class Sessions:
             .rstrip("=")
         )
 
-    def issue(self, tenant: str | None, now: float | None = None) -> str:
-        """A cookie value for ``tenant`` (None: the operator)."""
+    def issue(self, tenant: str | None, now: float | None = None, *, key: str | None = None) -> str:
+        """A cookie value for ``tenant`` (None: the operator), logged in with key ``key``."""
         payload = _Payload(
             w=OPERATOR if tenant is None else tenant,
             e=(now or time.time()) + self.ttl_s,
             n=secrets.token_urlsafe(16),
+            k=key or "",
         )
         body = base64.urlsafe_b64encode(msgspec.json.encode(payload)).decode().rstrip("=")
         return f"{body}.{self._mac(body.encode())}"
@@ -94,7 +98,12 @@ class Sessions:
             return None
         if payload.e < (now or time.time()):
             return None
-        return Viewer(tenant=None if payload.w == OPERATOR else payload.w, nonce=payload.n, expires=payload.e)
+        return Viewer(
+            tenant=None if payload.w == OPERATOR else payload.w,
+            nonce=payload.n,
+            expires=payload.e,
+            key=payload.k or None,
+        )
 
     def csrf(self, viewer: Viewer) -> str:
         """The CSRF token of ``viewer``'s session."""

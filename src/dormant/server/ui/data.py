@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ...records import Message, OutboxEntry, Thread
+from ...records import Approval, Message, OutboxEntry, Thread
 from ...runtime import Runtime
 from ...tenants.scope import tenant_of
 
@@ -28,8 +28,8 @@ TIMELINE_BYTES = 512 * 1024
 #: Characters of one text shown (the rest is cut, with a note).
 SHOWN_CHARS = 8000
 
-State = Literal["", "running", "tool", "model", "failed", "idle"]
-STATES: tuple[State, ...] = ("", "running", "tool", "model", "failed", "idle")
+State = Literal["", "running", "tool", "person", "model", "failed", "idle"]
+STATES: tuple[State, ...] = ("", "running", "tool", "person", "model", "failed", "idle")
 #: Last-activity filters: seconds.
 ACTIVITY = {"": 0.0, "1h": 3600.0, "1d": 86400.0, "7d": 7 * 86400.0}
 
@@ -46,6 +46,15 @@ def state_of(thread: Thread) -> State:
     if thread.awaiting:
         return "tool"
     return "idle"
+
+
+async def live_state(rt: Runtime, thread: Thread) -> State:
+    """:func:`state_of`, or ``person`` when the thread has an open approval or question
+    (one read of at most one wait)."""
+    state = state_of(thread)
+    if state in ("tool", "idle") and (await rt.pending(thread_id=thread.id, limit=1)).items:
+        return "person"
+    return state
 
 
 @dataclass(frozen=True)
@@ -84,8 +93,10 @@ async def list_threads(
     rt: Runtime, *, tenant: str | None, cursor: str | None, filters: Filters, now: float | None = None
 ) -> ThreadListing:
     """Up to :data:`PAGE` threads after ``cursor`` passing ``filters``, reading at most
-    :data:`SCAN` threads."""
+    :data:`SCAN` threads (``person``: :func:`waiting_threads`)."""
     now = time.time() if now is None else now
+    if filters.state == "person":
+        return await waiting_threads(rt, tenant=tenant, cursor=cursor, filters=filters, now=now)
     out = ThreadListing()
     at = cursor
     while out.scanned < SCAN:
@@ -109,11 +120,43 @@ async def list_threads(
     return out
 
 
+async def waiting_threads(
+    rt: Runtime, *, tenant: str | None, cursor: str | None, filters: Filters, now: float
+) -> ThreadListing:
+    """The threads waiting on a person: read from the open waits (oldest request first,
+    ``cursor`` a wait's), at most :data:`SCAN` of them a request, each thread once per
+    page, passing the other filters."""
+    rest = Filters(agent=filters.agent, active=filters.active)
+    out = ThreadListing()
+    seen: set[str] = set()
+    at = cursor
+    while out.scanned < SCAN:
+        waits = await rt.pending(tenant=tenant, cursor=at, limit=min(200, SCAN - out.scanned))
+        for wait in waits.items:
+            out.scanned += 1
+            at = str(wait.id)
+            if wait.thread_id in seen:
+                continue
+            seen.add(wait.thread_id)
+            thread = await rt.thread(wait.thread_id, tenant=tenant)
+            if rest.match(thread, now):
+                out.items.append(thread)
+                if len(out.items) == PAGE:
+                    last = wait is waits.items[-1]
+                    out.next_cursor = at if (waits.next_cursor or not last) else None
+                    return out
+        if waits.next_cursor is None:
+            return out
+        at = waits.next_cursor
+    out.next_cursor = at
+    return out
+
+
 @dataclass(frozen=True)
 class Item:
     """One entry of a thread's timeline."""
 
-    kind: Literal["input", "reply", "call", "result", "summary"]
+    kind: Literal["input", "reply", "call", "result", "summary", "approval"]
     seq: int
     at: float
     text: str
@@ -121,6 +164,7 @@ class Item:
     name: str | None = None
     call_id: str | None = None
     meta: str | None = None
+    wait: Approval | None = None
 
 
 def shown(text: str) -> tuple[str, bool]:
@@ -186,7 +230,48 @@ async def timeline(rt: Runtime, thread_id: str, *, tenant: str | None, cursor: s
             meta = f"compaction summary of messages up to #{summary.upto_seq} ({summary.tokens} tokens)"
             at = next((n for n, item in enumerate(items) if item.seq <= made), len(items))
             items.insert(at, Item("summary", made, 0.0, text, cut, meta=meta))
-    return Timeline(items=items, next_cursor=page.next_cursor)
+    waits = await thread_waits(rt, thread_id, tenant=tenant)
+    return Timeline(items=with_waits(items, waits, newest=cursor is None), next_cursor=page.next_cursor)
+
+
+#: Waits of one thread read for its timeline: every open one and the first decided ones.
+WAITS = 100
+
+
+async def thread_waits(rt: Runtime, thread_id: str, *, tenant: str | None) -> dict[str, Approval]:
+    """The thread's waits for a person by call id: its open ones and its first
+    :data:`WAITS` of any status (two bounded reads)."""
+    found: dict[str, Approval] = {}
+    for status in ("all", "open"):
+        for wait in (await rt.pending(tenant=tenant, thread_id=thread_id, status=status, limit=WAITS)).items:
+            found[wait.call_id] = wait
+    return found
+
+
+def _wait_item(wait: Approval, seq: int) -> Item:
+    text, cut = shown(wait.arguments)
+    at = wait.decided_at or wait.requested_at
+    return Item("approval", seq, at, text, cut, name=wait.tool, call_id=wait.call_id, wait=wait)
+
+
+def with_waits(items: list[Item], waits: dict[str, Approval], *, newest: bool = False) -> list[Item]:
+    """``items`` with each wait drawn just above (after, in time) the call that made it;
+    on the ``newest`` page, open waits whose call is not on it go on top."""
+    out: list[Item] = []
+    placed: set[str] = set()
+    for item in items:
+        wait = waits.get(item.call_id or "") if item.kind == "call" else None
+        if wait is not None:
+            out.append(_wait_item(wait, item.seq))
+            placed.add(wait.call_id)
+        out.append(item)
+    if newest:
+        top = items[0].seq if items else 0
+        left = [
+            w for w in waits.values() if w.call_id not in placed and w.status in ("requested", "escalated")
+        ]
+        out[:0] = [_wait_item(w, top) for w in left]
+    return out
 
 
 @dataclass

@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ...errors import DormantError, InvalidInput, NotFound, UsageError, http_status
+from ...tenants.keys import parse_key
 from ...tenants.scope import Scope, tenant_of
 from ..state import ServerState, state_of
 from . import data
@@ -178,18 +179,20 @@ async def login(request: Request) -> Response:
     fields = await form_of(request, None)
     token = fields.get("token", "").strip()
     tenant: str | None
+    key_id: str | None = None
     admin = st.config.admin_token
     if admin and hmac.compare_digest(token.encode(), admin.encode()):
         tenant = None
     else:
         try:
             tenant = (await st.runtime.store.authenticate(token)).id if token else ""
+            key_id = parse_key(token)[0] if tenant else None
         except DormantError:
             tenant = ""
         if not tenant:
             log.info("ui_login_refused", extra={"client": request.client.host if request.client else None})
             return page(request, None, "login.html", status=401, message="That token is not valid.")
-    viewer_cookie = sessions_of(st).issue(tenant)
+    viewer_cookie = sessions_of(st).issue(tenant, key=key_id)
     response = RedirectResponse("/ui/overview", status_code=303, headers=HEADERS)
     response.set_cookie(
         COOKIE,
@@ -220,7 +223,16 @@ async def overview(request: Request) -> Response:
     viewer = viewer_of(request)
     rt = state_of(request).runtime
     status = await rt.status(viewer.tenant)
-    return page(request, viewer, "overview.html", status_counts=status, nav="overview")
+    waits, oldest = await rt.store.open_approvals(tenant=viewer.tenant)
+    return page(
+        request,
+        viewer,
+        "overview.html",
+        status_counts=status,
+        waits_open=waits,
+        waits_oldest_s=None if oldest is None else max(0.0, rt.clock() - oldest),
+        nav="overview",
+    )
 
 
 @router.get("/api/samples")
@@ -282,7 +294,9 @@ async def threads(request: Request) -> Response:
         chosen = q["tenant"][:200]
         tenant = (await rt.store.tenant(chosen)).id
     cursor = q.get("cursor") or None
-    if cursor is not None and tenant is not None and tenant_of(cursor) != tenant:
+    if filters.state == "person":  # the cursor is a wait's
+        cursor = cursor if cursor and cursor.isdigit() and len(cursor) < 19 else None
+    elif cursor is not None and tenant is not None and tenant_of(cursor) != tenant:
         cursor = None
     listing = await data.list_threads(rt, tenant=tenant, cursor=cursor, filters=filters)
     base = {"tenant": chosen, "agent": filters.agent, "state": filters.state, "active": filters.active}
@@ -303,7 +317,7 @@ async def threads(request: Request) -> Response:
         activity=list(data.ACTIVITY),
         next_url=next_url,
         first=cursor is None,
-        state_of=data.state_of,
+        state_of=(lambda _: "person") if filters.state == "person" else data.state_of,
         nav="threads",
     )
 
@@ -344,7 +358,7 @@ async def thread(request: Request) -> Response:
         journal_url=journal_url,
         registers=json.dumps(registers, indent=1, ensure_ascii=False, default=str)[:20000],
         first=cursor is None,
-        state=data.state_of(row),
+        state=await data.live_state(rt, row),
         nav="threads",
     )
 
@@ -357,7 +371,8 @@ async def thread_head(request: Request) -> Response:
     rt = state_of(request).runtime
     row = await rt.thread(_thread_id(viewer, request.query_params.get("id", "")), tenant=viewer.tenant)
     return JSONResponse(
-        {"last_seq": row.last_seq, "state": data.state_of(row), "updated_at": row.updated_at}, headers=HEADERS
+        {"last_seq": row.last_seq, "state": await data.live_state(rt, row), "updated_at": row.updated_at},
+        headers=HEADERS,
     )
 
 

@@ -3,7 +3,8 @@
 A :class:`Sampler` reads, every ``every_s`` seconds, what the process and the store
 already know (RSS and the governor's limits and level, slices active and allowed,
 slices committed, the backlog by priority and the oldest ready input's age, the view
-cache, the outbox by status, dead letters, model tokens) into a :class:`Sample`, and
+cache, the outbox by status, dead letters, model tokens, open approvals and the
+oldest one's wait) into a :class:`Sample`, and
 keeps the newest ``keep`` of them (default 360 samples 10 s apart: one hour). Its size is fixed,
 whatever the number of threads or of dashboards open: the pages read the ring, never
 the store, for their charts.
@@ -49,6 +50,9 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
     dead_letters: int
     tokens: dict[str, int]
     threads: dict[str, int]
+    #: open approvals and questions, and how long the oldest has waited (s; 0: none)
+    approvals_open: int = 0
+    approvals_oldest_s: float = 0.0
 
 
 class Sampler:
@@ -66,6 +70,7 @@ class Sampler:
         rt = self.rt
         status = await rt.store.status()
         oldest = await rt.store.oldest_ready_at()
+        waits, oldest_wait = await rt.store.open_approvals()
         soft = hard = level = 0
         if rt.governor is not None:
             state = rt.governor.state
@@ -97,6 +102,8 @@ class Sampler:
             dead_letters=status.dead_letters,
             tokens={k: status.usage.get(k, 0) for k in ("prompt", "completion", "cached")},
             threads=dict(status.threads_by_status),
+            approvals_open=waits,
+            approvals_oldest_s=0.0 if oldest_wait is None else round(max(0.0, rt.clock() - oldest_wait), 3),
         )
         self.ring.append(sample)
         return sample

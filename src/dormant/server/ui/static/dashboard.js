@@ -83,6 +83,12 @@ const CHARTS = {
       .map((k) => ({ name: k, points: r.map((s) => [s.t, s.outbox[k] || 0]) }))
       .concat([{ name: "dead", points: r.map((s) => [s.t, s.dead_letters]) }]),
   }),
+  approvals: (r) => ({
+    series: [
+      { name: "open", points: r.map((s) => [s.t, s.approvals_open || 0]) },
+      { name: "oldest s", points: r.map((s) => [s.t, s.approvals_oldest_s || 0]) },
+    ],
+  }),
   tokens: (r) => ({
     series: ["prompt", "completion"].map((k) => ({ name: k, points: r.map((s) => [s.t, s.tokens[k] || 0]) })),
   }),
