@@ -135,6 +135,16 @@ def bench_embedder(name: str) -> Embedder:
     raise ValueError(f"unknown embedder {name!r}: one of {', '.join(BENCH_EMBEDDERS)}")
 
 
+def forward_pass_ms(embedder: Embedder, texts: Sequence[str], limit: int = 200) -> list[float]:
+    """The time of ``embedder.embed([text])`` for each of the first ``limit`` distinct texts (ms)."""
+    times = []
+    for text in list(dict.fromkeys(texts))[:limit]:
+        t = time.perf_counter()
+        embedder.embed([text])
+        times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
 class CachingEmbedder:
     """Embeds each distinct text once (the benchmark builds two databases from one model run).
 
