@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e '.[bench,dev,peers]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e '.[bench,dev,peers,multilingual]'
 	touch $(STAMP)
 
 ## run: the demo on an embedded SQLite file (2,000 agents x 5 turns, scripted model)

@@ -84,7 +84,8 @@ class Runtime(ApprovalApi, JournalApi):
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
-        #: the embedder of :attr:`memory`: "minilm" (the default, also None), "hashing", "none"
+        #: the embedder of :attr:`memory`: "minilm" (the default, also None), "multilingual",
+        #: "hashing", "none"
         self.memory_embedder = memory_embedder
         self._memory: Memory | None = None
         remember(store.url)  # its password is scrubbed from any error text shown later

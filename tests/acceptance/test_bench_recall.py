@@ -71,4 +71,4 @@ def test_bench_recall_through_slices_names_the_embedder_it_measured(tmp_path: Pa
     bad = CliRunner().invoke(
         app, ["bench", "recall", "--slices", "3", "--embedder", "nope", "--out", str(out)]
     )
-    assert bad.exit_code == 2 and "minilm or hashing" in bad.output
+    assert bad.exit_code == 2 and "minilm, multilingual, hashing" in bad.output

@@ -403,7 +403,7 @@ def recall(
         int, typer.Option(min=1, envvar="DORMANT_BENCH_RICH", help="Subjects with a history.")
     ] = 600,
     embedder: Annotated[
-        str, typer.Option(envvar="DORMANT_BENCH_EMBEDDER", help="minilm or hashing.")
+        str, typer.Option(envvar="DORMANT_BENCH_EMBEDDER", help="minilm, multilingual or hashing.")
     ] = "minilm",
     seed: Annotated[int, typer.Option(envvar="DORMANT_BENCH_SEED")] = 7,
     queries: Annotated[
@@ -429,8 +429,10 @@ def recall(
 
     Writes ``OUT/summary.json``; the suite is described in BENCHMARKS.md.
     """
-    if embedder not in ("minilm", "hashing"):
-        console.print("[red]error:[/] --embedder must be minilm or hashing")
+    from .recall_eval import BENCH_EMBEDDERS
+
+    if embedder not in BENCH_EMBEDDERS:
+        console.print(f"[red]error:[/] --embedder must be one of {', '.join(BENCH_EMBEDDERS)}")
         raise typer.Exit(2)
     if slices:
         from .loop_recall import run as run_slices

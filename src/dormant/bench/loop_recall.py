@@ -31,7 +31,7 @@ from typing import Any
 
 from ..agent import Agent
 from ..config import Settings
-from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
+from ..memory.embedder import Embedder
 from ..memory.records import NewMemory
 from ..models.base import ModelReply, ModelRequest
 from ..models.scripted import ScriptedModel
@@ -39,7 +39,7 @@ from ..records import NewInput
 from ..runtime import Runtime
 from ..slices.memory import Prepared
 from ..subject import SubjectOptions
-from .recall_eval import grade, percentile
+from .recall_eval import bench_embedder, grade, percentile
 from .recall_suite import T_END, build_suite
 
 BATCH = 500
@@ -101,12 +101,8 @@ async def quality(out: Path, *, subjects: int, rich: int, seed: int, embedder: E
 
 
 def embedder_of(name: str) -> Embedder:
-    """The embedder a run names: ``minilm`` (the runtime's default) or ``hashing``."""
-    if name == "minilm":
-        return MiniLMEmbedder(batch=64)
-    if name == "hashing":
-        return HashingEmbedder(384)
-    raise ValueError(f"unknown embedder {name!r}: minilm or hashing")
+    """The embedder a run names: ``minilm`` (the runtime's default), ``multilingual`` or ``hashing``."""
+    return bench_embedder(name)
 
 
 async def latency(

@@ -35,11 +35,19 @@ import psutil
 
 from ..memory.blocking import blocking_store
 from ..memory.core import HYBRID, MemoryConfig, MemoryCore, RecallMode
-from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
+from ..memory.embedder import Embedder
 from ..memory.ranking import Fusion, RankingPolicy
 from ..memory.records import DEFAULT_TENANT, MemoryKind, NewMemory, TagValue
 from ..store.sqlite import SQLiteStore
-from .recall_eval import CachingEmbedder, RandomEmbedder, percentile, run_queries
+from .recall_eval import (
+    BENCH_EMBEDDERS,
+    CachingEmbedder,
+    RandomEmbedder,
+    bench_embedder,
+    forward_pass_ms,
+    percentile,
+    run_queries,
+)
 from .recall_suite import CHANNELS, DICTIONARY, PRODUCTS, SMALL_TALK, STREETS, T0, T_END, Suite, build_suite
 from .recall_suite_zh import DICTIONARY_ZH, build_suite_zh
 
@@ -104,7 +112,7 @@ def quality(params: dict[str, Any], out: Path) -> dict[str, Any]:
 def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, Any]:
     suite = build_suite(subjects=int(params["subjects"]), rich=int(params["rich"]), seed=int(params["seed"]))
     rss_before = rss()
-    inner: Embedder = HashingEmbedder(384) if params["embedder"] == "hashing" else MiniLMEmbedder(batch=64)
+    inner: Embedder = bench_embedder(str(params["embedder"]))
     embedder = CachingEmbedder(inner)
     config = MemoryConfig(touch_on_recall=False)
     with_dict = _core(stack, out / "quality.db", embedder, config)
@@ -120,6 +128,8 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
     pulled = _core(stack, out / "quality_pull_records.db", embedder, pulled_config)
     pulled.save_dictionary(TENANT, DICTIONARY)
     ids_pulled = fill_suite(pulled, suite)
+    # the model's forward pass per query, one distinct query at a time (as queries come)
+    embed_times = forward_pass_ms(inner, [q.text for q in suite.queries])
     # embed every query once up front so each pass times recall, not the model
     t = time.perf_counter()
     with_dict.embedder.embed([q.text for q in suite.queries]) if with_dict.embedder else None
@@ -196,6 +206,8 @@ def _quality(params: dict[str, Any], out: Path, stack: ExitStack) -> dict[str, A
         "embed_texts_per_s": round(embedder.model_texts / max(1e-9, embedder.model_seconds), 1),
         "fill_s": round(fill_s, 2),
         "query_embed_ms": round(query_embed_ms, 3),
+        "query_embed_p50_ms": round(percentile(embed_times, 50), 3),
+        "query_embed_p99_ms": round(percentile(embed_times, 99), 3),
         "rss_embedder_loaded_bytes": rss_loaded,
         "rss_embedder_delta_bytes": rss_loaded - rss_before,
     }
@@ -218,6 +230,8 @@ def chinese(
     core = _core(stack, out / "quality_zh.db", embedder, config)
     core.save_dictionary(TENANT, DICTIONARY_ZH)
     ids = fill_suite(core, suite)
+    inner = embedder.inner if isinstance(embedder, CachingEmbedder) else embedder
+    embed_times = forward_pass_ms(inner, [q.text for q in suite.queries])
     modes = {
         "hybrid": HYBRID,
         "previous_default": PREVIOUS,
@@ -233,6 +247,8 @@ def chinese(
         "records": len(suite.records),
         "subjects": len(suite.subjects),
         "queries": len(suite.queries),
+        "query_embed_p50_ms": round(percentile(embed_times, 50), 3),
+        "query_embed_p99_ms": round(percentile(embed_times, 99), 3),
     }
 
 
@@ -448,8 +464,8 @@ def replace_params(params: dict[str, Any]) -> dict[str, Any]:
     """Validated parameters."""
     if int(params["memories"]) < 100:
         raise SystemExit("memories must be at least 100")
-    if params["embedder"] not in ("minilm", "hashing"):
-        raise SystemExit("embedder must be minilm or hashing")
+    if params["embedder"] not in BENCH_EMBEDDERS:
+        raise SystemExit(f"embedder must be one of {', '.join(BENCH_EMBEDDERS)}")
     return params
 
 

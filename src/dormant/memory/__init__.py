@@ -12,7 +12,7 @@ from .backend import AddResult, MemoryBackend
 from .binding import bind
 from .core import HYBRID, MemoryConfig, MemoryCore, RecallMode
 from .dictionary import Dictionary
-from .embedder import Embedder, HashingEmbedder, MiniLMEmbedder
+from .embedder import Embedder, HashingEmbedder, MiniLMEmbedder, MultilingualEmbedder
 from .facade import Memory
 from .ranking import FilterSpec, RankingPolicy, SupersessionRules
 from .records import (
@@ -43,6 +43,7 @@ __all__ = [
     "MemoryPage",
     "MemoryRecord",
     "MiniLMEmbedder",
+    "MultilingualEmbedder",
     "NewMemory",
     "RankingPolicy",
     "Recall",

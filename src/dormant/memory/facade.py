@@ -22,7 +22,7 @@ from ..errors import UsageError
 from .backend import AddResult, MemoryBackend, RebindMode
 from .core import HYBRID, MemoryConfig, MemoryCore, RecallMode
 from .dictionary import load_dictionary
-from .embedder import Embedder, EmbedderName, MiniLMEmbedder, resolve_embedder
+from .embedder import Embedder, EmbedderName, resolve_embedder
 from .ranking import FilterSpec
 from .records import (
     DEFAULT_TENANT,
@@ -108,8 +108,11 @@ class Memory:
         tenant: str = DEFAULT_TENANT,
     ) -> Memory:
         """Memory over an open store's rows. ``embedder``: an embedder, or ``"minilm"``
-        (the default, also meant by None: loaded on first use), ``"hashing"`` (no model) or
-        ``"none"`` (no vectors: recall by text, structure and recency).
+        (the default, also meant by None: loaded on first use), ``"multilingual"``
+        (multilingual-e5-small, reads Chinese; the ``multilingual`` extra, UsageError
+        without it), ``"hashing"`` (no model) or ``"none"`` (no vectors: recall by text,
+        structure and recency). A store keeps the vectors of the embedder that made its
+        first ones: another embedder is refused with UsageError.
 
         The store stays the caller's: :meth:`close` flushes access counts, it does not
         close the store."""
@@ -307,7 +310,7 @@ class Memory:
         """The embedder (loaded or not, its RSS) and whether vector search works."""
         embedder = self.core.embedder
         # a model-less embedder (hashing) has nothing to load
-        loaded = embedder.loaded if isinstance(embedder, MiniLMEmbedder) else embedder is not None
+        loaded = bool(getattr(embedder, "loaded", True)) if embedder is not None else False
         return MemoryStatus(
             embedder=embedder.name if embedder is not None else None,
             embedder_loaded=loaded,

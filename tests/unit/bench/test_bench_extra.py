@@ -29,7 +29,7 @@ def test_matplotlib_is_in_the_bench_extra_and_not_a_plain_dependency() -> None:
 
 
 def test_the_makefile_installs_the_bench_extra() -> None:
-    assert "-e '.[bench,dev,peers]'" in (ROOT / "Makefile").read_text()
+    assert "-e '.[bench,dev,peers,multilingual]'" in (ROOT / "Makefile").read_text()
     locked = (ROOT / "requirements.lock").read_text().split()
     assert any(line.startswith("matplotlib==") for line in locked)
     # the peers extra's pins are the lock's: the dev environment runs `bench peers`

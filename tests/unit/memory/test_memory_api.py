@@ -9,8 +9,8 @@ def test_public_names() -> None:
     assert sorted(dormant.memory.__all__) == sorted([
         "DEFAULT_TENANT", "HYBRID", "AddResult", "Dictionary", "Embedder", "FilterSpec", "HashingEmbedder",
         "Memory", "MemoryBackend", "MemoryChange", "MemoryConfig", "MemoryCore", "MemoryKind", "MemoryPage",
-        "MemoryRecord", "MiniLMEmbedder", "NewMemory", "RankingPolicy", "Recall", "RecallHit", "RecallMode",
-        "SupersessionRules", "bind",
+        "MemoryRecord", "MiniLMEmbedder", "MultilingualEmbedder", "NewMemory", "RankingPolicy", "Recall",
+        "RecallHit", "RecallMode", "SupersessionRules", "bind",
     ])  # fmt: skip
     for name in dormant.memory.__all__:
         assert getattr(dormant.memory, name) is not None
