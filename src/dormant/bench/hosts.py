@@ -172,13 +172,17 @@ def _await_line(path: Path, prefix: str, timeout: float = 15.0) -> None:
         time.sleep(0.005)
 
 
-def _fault(cfg: HostsConfig, net: Net, workers: Workers, primary: PgHost, standby: PgHost | None) -> float:
-    """Make the scenario's fault (blocking); the time the system may start recovering."""
+def _fault(
+    cfg: HostsConfig, net: Net, workers: Workers, primary: PgHost, standby: PgHost | None
+) -> tuple[float, float]:
+    """Make the scenario's fault (blocking): when it struck, and when it was over."""
     if cfg.kill9:
         _await_line(cfg.out / "ledger-w2.log", "run charge")
         workers.kill9("w2")
+    fault_at = time.time()
     if cfg.scenario == "partition":
         _await_line(cfg.out / "ledger-w1.log", "slice ")
+        fault_at = time.time()
         net.cut("w1")
         time.sleep(cfg.partition_s)
         net.heal("w1")
@@ -190,12 +194,13 @@ def _fault(cfg: HostsConfig, net: Net, workers: Workers, primary: PgHost, standb
         standby.promote()
     elif cfg.scenario == "kill9":
         _await_line(cfg.out / "ledger-w1.log", "run charge")
+        fault_at = time.time()
         workers.kill9("w1")
         time.sleep(cfg.lease_s)
         workers.start("w1")
     if cfg.kill9:
         workers.start("w2")
-    return time.time()
+    return fault_at, time.time()
 
 
 async def run_scenario(cfg: HostsConfig, echo: Callable[[str], None] = print) -> Verdict:
@@ -239,15 +244,14 @@ async def run_scenario(cfg: HostsConfig, echo: Callable[[str], None] = print) ->
         stop = asyncio.Event()
         admitting = asyncio.create_task(_admit_loop(url, cfg, acked, stop))
         await asyncio.sleep(cfg.before_s)
-        fault_at = time.time()
-        healed_at = await asyncio.to_thread(_fault, cfg, net, workers, primary, standby)
+        fault_at, healed_at = await asyncio.to_thread(_fault, cfg, net, workers, primary, standby)
         echo(f"fault made at {fault_at:.3f}, over at {healed_at:.3f}")
         await asyncio.sleep(cfg.after_s)
         stop.set()
         turns = await admitting
         verdict = await check(url, cfg, acked, fault_at, healed_at, turns)
         workers.stop()
-        verdict.finish(cfg.out)
+        verdict.finish(cfg.out, faulted={"w1", "w2"} if cfg.kill9 else {"w1"})
         return verdict
     finally:
         if workers is not None:

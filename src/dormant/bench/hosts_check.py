@@ -8,8 +8,9 @@ reads the ledgers (:mod:`~dormant.bench.hosts_worker`) once the workers are stop
   results recorded twice (must be 0);
 * ``double_charges``: a non-idempotent call whose effect ran twice (must be 0);
 * ``unknown`` calls answered "outcome unknown", split into ``unknown_ran`` (the ledger
-  shows the effect began: really ambiguous to the store) and ``unknown_unrun`` (it never
-  began, but its worker had claimed it and then lost contact: the store cannot tell);
+  shows the effect began: really ambiguous) and ``unknown_unrun`` (it never began, but a
+  worker had claimed it and then lost contact: the store cannot tell); ``unknown_false``:
+  one whose effect ran on a worker the fault never touched (must be 0: it was not ambiguous);
 * ``overlaps``: two committed slices of one thread whose runs (start to commit) overlapped
   (must be 0); ``fenced``: commits the store refused because the lease was lost;
 * ``recovery_s``: per thread, from the end of the fault (heal, restart, promote) to the
@@ -54,6 +55,7 @@ class Verdict:
     charges: int = 0
     unknown_ran: int = 0
     unknown_unrun: int = 0
+    unknown_false: int = 0
     overlaps: int = 0
     fenced: int = 0
     slices: int = 0
@@ -74,7 +76,7 @@ class Verdict:
             and self.duplicates == 0
             and self.double_charges == 0
             and self.overlaps == 0
-            and self.unknown == self.unknown_ran + self.unknown_unrun
+            and self.unknown_false == 0
         )
 
     def figures(self) -> dict[str, Any]:
@@ -91,6 +93,7 @@ class Verdict:
             "unknown": self.unknown,
             "unknown_ran": self.unknown_ran,
             "unknown_unrun": self.unknown_unrun,
+            "unknown_false": self.unknown_false,
             "overlaps": self.overlaps,
             "fenced": self.fenced,
             "slices": self.slices,
@@ -101,9 +104,11 @@ class Verdict:
             "ok": self.ok,
         }
 
-    def finish(self, out: Path) -> None:
-        """Read every worker's ledger in ``out`` and fill in the ledger checks."""
+    def finish(self, out: Path, faulted: set[str]) -> None:
+        """Read every worker's ledger in ``out`` and fill in the ledger checks (``faulted``: the
+        workers the fault cut off or killed; the database's faults touch every worker)."""
         runs: Counter[tuple[str, str]] = Counter()
+        ran_on: dict[tuple[str, str], set[str]] = defaultdict(set)
         starts: dict[tuple[str, str], float] = {}
         commits: dict[tuple[str, str], float] = {}
         committed: list[tuple[str, str]] = []
@@ -117,6 +122,7 @@ class Verdict:
                 kind = parts[0]
                 if kind == "run" and parts[1] == "charge" and len(parts) == 5:
                     runs[(parts[2], parts[3])] += 1
+                    ran_on[(parts[2], parts[3])].add(name)
                 elif kind == "slice" and len(parts) == 4:
                     starts[(parts[1], parts[2])] = float(parts[3])
                     worker[(parts[1], parts[2])] = name
@@ -131,6 +137,8 @@ class Verdict:
         for thread, call in self.unknown_calls:
             if runs[(thread, call)]:
                 self.unknown_ran += 1
+                if self.scenario in ("partition", "kill9") and not ran_on[(thread, call)] & faulted:
+                    self.unknown_false += 1
             else:
                 self.unknown_unrun += 1
         spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
