@@ -65,7 +65,9 @@ async def test_a_partitioned_worker_is_taken_over_fenced_and_rejoins(tmp_path: P
     verdict = await _run(tmp_path, "partition", partition_s=5.0, kill9=True)
     assert verdict.takeover_s, "the cut worker held a slice at the cut; another took the thread over"
     assert max(verdict.takeover_s) < 5.0, verdict.figures()
-    assert verdict.fenced >= 1, f"its commit under the lost lease was refused: {verdict.figures()}"
+    # its slice under the lost lease never commits: the store refuses the commit (fenced), or
+    # the worker cancels the slice first when it sees the lease lapse
+    assert verdict.fenced + verdict.cancelled >= 1, verdict.figures()
     assert verdict.rejoined > 0, "after the heal it commits again"
 
 

@@ -13,6 +13,8 @@ reads the ledgers (:mod:`~dormant.bench.hosts_worker`) once the workers are stop
   one whose effect ran on a worker the fault never touched (must be 0: it was not ambiguous);
 * ``overlaps``: two committed slices of one thread whose runs (start to commit) overlapped
   (must be 0); ``fenced``: commits the store refused because the lease was lost;
+  ``cancelled``: slices their own worker cancelled when it saw their lease lapse (the
+  cut worker's slice ends one way or the other, never committed once the thread moved);
 * ``recovery_s``: per thread, from the end of the fault (heal, restart, promote) to the
   start of its next slice that committed (the load adds a turn every ``every_s``).
 """
@@ -58,6 +60,7 @@ class Verdict:
     unknown_false: int = 0
     overlaps: int = 0
     fenced: int = 0
+    cancelled: int = 0
     slices: int = 0
     recovery_s: list[float] = field(default_factory=list)
     #: per thread the cut worker was running at the fault: fault to another worker's slice
@@ -96,6 +99,7 @@ class Verdict:
             "unknown_false": self.unknown_false,
             "overlaps": self.overlaps,
             "fenced": self.fenced,
+            "cancelled": self.cancelled,
             "slices": self.slices,
             "recovery_p50_s": round(statistics.median(rec), 2) if rec else None,
             "recovery_max_s": round(rec[-1], 2) if rec else None,
@@ -113,6 +117,7 @@ class Verdict:
         commits: dict[tuple[str, str], float] = {}
         committed: list[tuple[str, str]] = []
         worker: dict[tuple[str, str], str] = {}
+        cancelled: set[tuple[str, str]] = set()
         for path in sorted(out.glob("ledger-*.log")):
             name = path.stem.removeprefix("ledger-")
             for line in path.read_text().splitlines():
@@ -132,6 +137,9 @@ class Verdict:
                     committed.append((parts[1], parts[2]))
                 elif kind == "fenced":
                     self.fenced += 1
+                elif kind == "cancelled" and len(parts) == 4 and (parts[1], parts[2]) not in cancelled:
+                    cancelled.add((parts[1], parts[2]))
+        self.cancelled = len(cancelled)
         self.charges = len(runs)
         self.double_charges = sum(1 for n in runs.values() if n > 1)
         for thread, call in self.unknown_calls:

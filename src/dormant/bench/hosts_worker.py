@@ -13,7 +13,8 @@ effect it announces (a ``kill -9`` loses nothing written). Lines (times: ``time.
 * ``run TOOL THREAD CALL T``: a tool is about to have its effect;
 * ``slice THREAD TOKEN T``: a slice of THREAD under lease TOKEN began;
 * ``commit THREAD TOKEN T`` then ``ok|fenced|error THREAD TOKEN T``: its commit began, and
-  how it ended (``fenced``: the store refused it, the lease was lost).
+  how it ended (``fenced``: the store refused it, the lease was lost);
+* ``cancelled THREAD TOKEN T``: the slice was cancelled (its worker saw its lease lapse).
 """
 
 from __future__ import annotations
@@ -82,7 +83,11 @@ class LedgerRuntime(Runtime):
     async def run_slice(self, claim: Claim) -> None:
         """Ledger the slice's start, then run it."""
         ledger(f"slice {claim.thread_id} {claim.token}")
-        await super().run_slice(claim)
+        try:
+            await super().run_slice(claim)
+        except asyncio.CancelledError:
+            ledger(f"cancelled {claim.thread_id} {claim.token}")
+            raise
 
 
 def ledgered(commit: Any, think_s: float) -> Any:
@@ -96,6 +101,9 @@ def ledgered(commit: Any, think_s: float) -> Any:
             await commit(plan)
         except LeaseLost:
             ledger(f"fenced {plan.thread_id} {plan.token}")
+            raise
+        except asyncio.CancelledError:
+            ledger(f"cancelled {plan.thread_id} {plan.token}")
             raise
         except BaseException:
             ledger(f"error {plan.thread_id} {plan.token}")
