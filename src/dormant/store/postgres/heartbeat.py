@@ -36,6 +36,19 @@ MAX_WORKERS = 64
 #: Clock samples the offset is chosen from (one a beat).
 SAMPLES = 16
 
+# a worker id is taken by this process unless another one beat for it within p_dead seconds
+TAKE_WORKER_ID = """
+INSERT INTO workers AS w (id, host, pid, started_at, heartbeat_at) VALUES (%s, %s, %s, now(), now())
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, pid = excluded.pid, started_at = now(), heartbeat_at = now()
+WHERE (w.host = excluded.host AND w.pid = excluded.pid)
+   OR w.heartbeat_at < now() - make_interval(secs => %s)
+RETURNING id
+"""
+WORKER_ID_HOLDER = (
+    "SELECT host, pid, extract(epoch FROM now() - heartbeat_at)::float8 FROM workers WHERE id = %s"
+)
+
 
 class DbClock:
     """The database server's clock (seconds since the epoch), estimated locally.
@@ -105,9 +118,9 @@ class Heartbeat:
         while True:
             try:
                 async with self._reads().connection() as conn:
-                    if await (await conn.execute(sql.TAKE_WORKER_ID, args)).fetchone() is not None:
+                    if await (await conn.execute(TAKE_WORKER_ID, args)).fetchone() is not None:
                         return
-                    holder = await (await conn.execute(sql.WORKER_ID_HOLDER, (worker,))).fetchone()
+                    holder = await (await conn.execute(WORKER_ID_HOLDER, (worker,))).fetchone()
             except (psycopg.Error, PoolTimeout) as exc:
                 raise translate(exc) from exc
             if time.monotonic() >= deadline:

@@ -195,18 +195,6 @@ INSERT INTO workers AS w (id, host, pid, started_at, heartbeat_at)
 SELECT id, %s, %s, now(), now() FROM unnest(%s::text[]) AS ids (id)
 ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, heartbeat_at = now()
 """
-# a worker id is taken by this process unless another one beat for it within p_dead seconds
-TAKE_WORKER_ID = """
-INSERT INTO workers AS w (id, host, pid, started_at, heartbeat_at) VALUES (%s, %s, %s, now(), now())
-ON CONFLICT (id) DO UPDATE
-SET host = excluded.host, pid = excluded.pid, started_at = now(), heartbeat_at = now()
-WHERE (w.host = excluded.host AND w.pid = excluded.pid)
-   OR w.heartbeat_at < now() - make_interval(secs => %s)
-RETURNING id
-"""
-WORKER_ID_HOLDER = (
-    "SELECT host, pid, extract(epoch FROM now() - heartbeat_at)::float8 FROM workers WHERE id = %s"
-)
 FORGET_WORKERS = "DELETE FROM workers WHERE heartbeat_at < now() - interval '1 hour'"
 
 # -- connections and the writer -------------------------------------------------------
