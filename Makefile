@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck bench format clean lock
+.PHONY: run test test-hosts lint typecheck bench format clean lock
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ run: $(STAMP)
 ## test: the whole test suite (unit, contract, integration, acceptance, faults)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## test-hosts: every multi-host scenario (network namespaces, root; about two minutes)
+test-hosts: $(STAMP)
+	$(BIN)/python -m pytest tests/faults/test_hosts.py -m "hosts or not hosts" -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -26,6 +26,13 @@ class UsageError(DormantError):
     code = "usage_error"
 
 
+class WorkerIdInUse(UsageError):
+    """Another live process already claims work under this worker id (two workers configured
+    with the same id would share every lease): give each worker its own."""
+
+    code = "worker_id_in_use"
+
+
 class NotFound(UsageError):
     """A named thread, input, blob or agent does not exist."""
 

@@ -1,5 +1,5 @@
-"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``context``, ``governor``, ``recall``
-and ``mcp``."""
+"""``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``hosts``, ``context``, ``governor``,
+``recall`` and ``mcp``."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from rich.table import Table
 from .cli_matrix import matrix, peers
 from .cli_server import register as _register_server
 from .extra import bench_extra_message
+from .hosts_cli import hosts
 from .scale import DEFAULT_VIEW_CACHE_BYTES, load_summary
 
 bench_app = typer.Typer(help="Benchmarks that print figures and write CSV/JSON/PNG.", no_args_is_help=True)
 console = Console()
 bench_app.command("matrix")(matrix)
 bench_app.command("peers")(peers)
+bench_app.command("hosts")(hosts)
 
 STORES = ("sqlite", "memory", "postgres")
 SHOWN = (

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 
-from ..errors import SchemaError
+from ..errors import SchemaError, WorkerIdInUse
 from ..records import Claim
 from ..store.base import Store
 from .retry import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
@@ -130,7 +130,7 @@ class Scheduler:
                             agents=self.agents,
                             tenant_slices=self.tenant_slices,
                         )
-                    except SchemaError:
+                    except (SchemaError, WorkerIdInUse):  # no retry mends these
                         raise
                     except Exception as exc:  # the loop must outlive any store failure
                         self.claim_failures += 1

@@ -278,6 +278,8 @@ class PostgresBackend(BackendDefaults):
     async def _beats_for(self, worker: str) -> None:
         """Heartbeat for ``worker`` (at once the first time: it has a row before it
         holds a lease)."""
+        if self.heartbeat.wants(worker):
+            await self.heartbeat.take(worker, self.dead_after_s)  # before the beats overwrite it
         if self.heartbeat.add(worker):
             await self.heartbeat.beat()
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...errors import DormantError
+from ...errors import DormantError, WorkerIdInUse
 from . import sql
 from .driver import Conn, translate
 
@@ -35,6 +35,19 @@ log = logging.getLogger("dormant.store.postgres")
 MAX_WORKERS = 64
 #: Clock samples the offset is chosen from (one a beat).
 SAMPLES = 16
+
+# a worker id is taken by this process unless another one beat for it within p_dead seconds
+TAKE_WORKER_ID = """
+INSERT INTO workers AS w (id, host, pid, started_at, heartbeat_at) VALUES (%s, %s, %s, now(), now())
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, pid = excluded.pid, started_at = now(), heartbeat_at = now()
+WHERE (w.host = excluded.host AND w.pid = excluded.pid)
+   OR w.heartbeat_at < now() - make_interval(secs => %s)
+RETURNING id
+"""
+WORKER_ID_HOLDER = (
+    "SELECT host, pid, extract(epoch FROM now() - heartbeat_at)::float8 FROM workers WHERE id = %s"
+)
 
 
 class DbClock:
@@ -90,6 +103,33 @@ class Heartbeat:
             return False
         self.workers.add(worker)
         return True
+
+    def wants(self, worker: str) -> bool:
+        """Whether :meth:`add` would take ``worker`` as new."""
+        return worker not in self.workers and len(self.workers) < MAX_WORKERS
+
+    async def take(self, worker: str, dead_after_s: float) -> None:
+        """Take ``worker`` for this process before its first beat. While another process
+        beats for it, wait (a restarted worker's predecessor may have just died: its row
+        goes stale within ``dead_after_s``); if it still beats after that, raise
+        :class:`WorkerIdInUse`. Call it before :meth:`add`: the beats overwrite the row."""
+        deadline = time.monotonic() + dead_after_s + self.period_s
+        args = (worker, socket.gethostname(), os.getpid(), dead_after_s)
+        while True:
+            try:
+                async with self._reads().connection() as conn:
+                    if await (await conn.execute(TAKE_WORKER_ID, args)).fetchone() is not None:
+                        return
+                    holder = await (await conn.execute(WORKER_ID_HOLDER, (worker,))).fetchone()
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise translate(exc) from exc
+            if time.monotonic() >= deadline:
+                host, pid, age = holder if holder is not None else ("?", 0, 0.0)
+                raise WorkerIdInUse(
+                    f"worker id {worker!r} is in use by process {pid} on {host} (its heartbeat is "
+                    f"{age:.1f} s old): give each worker its own worker_id"
+                )
+            await asyncio.sleep(self.period_s)
 
     async def beat(self) -> None:
         """One beat: the workers' rows, the clock offset, old rows now and then."""
