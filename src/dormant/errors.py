@@ -4,7 +4,7 @@ Errors are split by who must act:
 
 * the caller's mistake: :class:`UsageError`, :class:`NotFound`, :class:`InvalidInput`;
 * an operational condition: :class:`StoreError` (and :class:`StoreFull`,
-  :class:`StoreLocked`, :class:`SchemaError`), :class:`Overloaded`,
+  :class:`StoreLocked`, :class:`StoreUnreachable`, :class:`SchemaError`), :class:`Overloaded`,
   :class:`LeaseLost`, :class:`ModelError`, :class:`ToolError`.
 
 Each class has a stable ``code`` and an HTTP status in :data:`HTTP_STATUS`.
@@ -105,6 +105,13 @@ class StoreLocked(StoreError):
     code = "store_locked"
 
 
+class StoreUnreachable(StoreError):
+    """The connection to the database server was lost or refused (a restart, a failover,
+    a partition); retry once it answers again. Not the fault of the work that was running."""
+
+    code = "store_unreachable"
+
+
 class SchemaError(StoreError):
     """The database schema is newer than this runtime, or damaged."""
 
@@ -119,6 +126,10 @@ class Overloaded(DormantError):
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+#: The errors that say "not now", no fault of the work that was running: it is retried later.
+RETRY_LATER: tuple[type[DormantError], ...] = (StoreFull, StoreLocked, StoreUnreachable, Overloaded)
 
 
 class QuotaExceeded(Overloaded):
@@ -209,10 +220,12 @@ HTTP_STATUS: dict[type[DormantError], int] = {
     UnsupportedMedia: 415,
     Unauthenticated: 401,
     Busy: 409,
+    WorkerIdInUse: 409,
     DecisionConflict: 409,
     StoreError: 503,
     StoreFull: 507,
     StoreLocked: 503,
+    StoreUnreachable: 503,
     SchemaError: 500,
     Overloaded: 429,
     QuotaExceeded: 429,

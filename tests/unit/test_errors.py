@@ -19,6 +19,7 @@ from dormant.errors import (
     StoreError,
     StoreFull,
     StoreLocked,
+    StoreUnreachable,
     ToolError,
     Unauthenticated,
     UsageError,
@@ -39,6 +40,7 @@ from dormant.errors import (
         (StoreError("x"), 503),
         (StoreFull("x"), 507),
         (StoreLocked("x"), 503),
+        (StoreUnreachable("x"), 503),
         (SchemaError("x"), 500),
         (Overloaded("x", retry_after=2.0), 429),
         (LeaseLost("x"), 409),
@@ -66,7 +68,7 @@ def test_every_error_class_has_a_unique_code_and_a_status() -> None:
 
 def test_hierarchy_splits_by_who_must_act() -> None:
     assert issubclass(NotFound, UsageError) and issubclass(InvalidInput, UsageError)
-    for store_cls in (StoreFull, StoreLocked, SchemaError):
+    for store_cls in (StoreFull, StoreLocked, StoreUnreachable, SchemaError):
         assert issubclass(store_cls, StoreError)
     for cls in (UsageError, StoreError, Overloaded, LeaseLost, ModelError, ToolError):
         assert issubclass(cls, DormantError)

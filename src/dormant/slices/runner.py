@@ -45,7 +45,7 @@ import msgspec
 from .. import logs
 from ..agent import Agent
 from ..config import Settings
-from ..errors import LeaseLost, ModelError, Overloaded, SchemaError, StoreFull, StoreLocked, UsageError
+from ..errors import RETRY_LATER, LeaseLost, ModelError, Overloaded, SchemaError, UsageError
 from ..memory import facts
 from ..memory.facade import Memory
 from ..metrics import RuntimeStats
@@ -216,7 +216,7 @@ class SliceRunner:
             raise
         except SchemaError as exc:
             self.on_damage(exc)
-        except (StoreFull, StoreLocked, Overloaded) as exc:
+        except RETRY_LATER as exc:
             self.stats.slice_failures += 1
             await self._store_unavailable(claim, exc)
         except Exception as exc:
@@ -563,7 +563,7 @@ class SliceRunner:
         await self._release(claim, retry_at=self.clock() + delay, wait=reason)
 
     async def _store_unavailable(self, claim: Claim, exc: BaseException) -> None:
-        """The store could not take the slice (locked, full, overloaded): not the thread's fault.
+        """The store could not take the slice (full, locked, unreachable, overloaded): not its fault.
 
         The thread's failure count is left alone; it is retried after a backoff that
         grows while the store keeps failing, and claiming pauses as long.

@@ -18,6 +18,7 @@ from dormant.errors import (
     StoreError,
     StoreFull,
     StoreLocked,
+    StoreUnreachable,
     UsageError,
 )
 from dormant.store import open_store, store_options
@@ -88,8 +89,9 @@ def _error(cls: type[psycopg.Error], state: str = "", message: str = "boom") -> 
         (_error(psycopg.errors.LockNotAvailable, "55P03"), StoreLocked),
         (_error(psycopg.errors.UndefinedTable, "42P01"), SchemaError),
         (_error(psycopg.errors.ReadOnlySqlTransaction, "25006"), StoreError),
-        (_error(psycopg.errors.AdminShutdown, "57P01"), StoreError),
-        (_error(psycopg.OperationalError), StoreError),
+        (_error(psycopg.errors.AdminShutdown, "57P01"), StoreUnreachable),
+        (_error(psycopg.OperationalError), StoreUnreachable),
+        (_error(psycopg.OperationalError, "08006"), StoreUnreachable),
         (_error(psycopg.errors.UniqueViolation, "23505"), StoreError),
         (PoolTimeout("no connection"), Overloaded),
         (_error(psycopg.errors.UntranslatableCharacter, "22P05"), InvalidInput),  # \u0000 in jsonb

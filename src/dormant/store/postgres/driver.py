@@ -21,6 +21,7 @@ from ...errors import (
     StoreError,
     StoreFull,
     StoreLocked,
+    StoreUnreachable,
 )
 
 Conn = psycopg.AsyncConnection[TupleRow]
@@ -103,7 +104,7 @@ def translate(exc: BaseException) -> BaseException:
         elif state.startswith(("42", "3F")):
             new = SchemaError(f"the PostgreSQL schema does not match this dormant ({state}): {text}")
         elif state.startswith(("08", "57")) or isinstance(exc, psycopg.OperationalError):
-            new = StoreError(f"lost or refused the connection to PostgreSQL: {text}")
+            new = StoreUnreachable(f"lost or refused the connection to PostgreSQL: {text}")
         else:
             new = StoreError(f"PostgreSQL error {state or ''}: {text}".replace("  ", " "))
     new.__cause__ = exc
