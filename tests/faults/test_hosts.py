@@ -8,7 +8,7 @@ no non-idempotent call ran twice, every "outcome unknown" call was ambiguous (it
 ran on a worker the fault hit, or never began on one that had claimed it), and no two
 slices of a thread overlapped. Needs root (network namespaces): skipped with the reason elsewhere,
 failed under ``CI=true``. The longer runs are ``dormant bench hosts``; the standalone kill -9
-(for time) and the immediate restart (not yet reliable) are marked ``hosts`` (``make test-hosts``).
+(for time) and the immediate restart (for time) are marked ``hosts`` (``make test-hosts``).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ async def test_kill9_of_a_worker_mid_charge_answers_outcome_unknown(tmp_path: Pa
     assert verdict.rejoined > 0, "the restarted worker commits again"
 
 
-# out of the default run: at 30 threads this scenario found threads wrongly poisoned after the
-# restart (see docs/hosts.md); at this size it passed every run here, but is not yet reliable
+# out of the default run for time; at 30 threads this scenario found threads wrongly poisoned
+# after the restart, since fixed (a lost connection no longer counts against the thread)
 @pytest.mark.hosts
 async def test_an_immediate_restart_of_the_database_loses_nothing(tmp_path: Path) -> None:
     verdict = await _run(tmp_path, "restart-immediate")
