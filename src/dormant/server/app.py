@@ -158,13 +158,14 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         return Response(body, media_type=content_type)
 
     if config.ui or config.ui_only:
-        from .ui import Sampler, Sessions, manage, pages, waits
+        from .ui import Sampler, Sessions, blobs, manage, pages, waits
 
         # one secret for every serve behind an address: derived from the stream-token secret
         secret = config.stream_token_secret
         state.ui_sessions = Sessions(Sessions.derive(secret) if secret else None)
         state.ui_sampler = Sampler(runtime, every_s=config.ui_sample_s, keep=config.ui_samples)
         app.include_router(pages.router)
+        app.include_router(blobs.router)
         app.include_router(manage.router)
         app.include_router(waits.router)
     if not config.ui_only:

@@ -66,3 +66,15 @@ def test_waits_sit_above_their_calls_and_open_ones_off_the_page_go_on_top_of_the
     ]
     older = [(i.kind, i.call_id) for i in data.with_waits(items, waits)]
     assert ("approval", "c0") not in older and ("approval", "c2") in older
+
+
+def test_a_thumbnail_keeps_its_aspect_within_240_px_and_a_small_image_its_size() -> None:
+    from dormant.records import Part
+
+    def image(w: int, h: int) -> Part:
+        return Part(kind="image", ref="sha256:" + "0" * 64, media_type="image/png", size=1, width=w, height=h)
+
+    assert data.thumb_size(image(300, 1200)) == (60, 240)
+    assert data.thumb_size(image(40, 30)) == (40, 30)
+    assert data.thumb_size(image(0, 0)) == (240, 240)
+    assert [data.size_text(n) for n in (812, 4300, 3 * 1024 * 1024)] == ["812 B", "4.2 KiB", "3.0 MiB"]

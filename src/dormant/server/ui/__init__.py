@@ -5,7 +5,8 @@ stylesheet and one small script of the package's own (``static/``: no CDN, no bu
 step), under a strict Content-Security-Policy. :mod:`.auth` logs viewers in (the
 operator token sees every tenant, a tenant's API key its own) with a signed session
 cookie and CSRF tokens; :mod:`.samples` keeps the overview's last hour in a fixed
-ring; :mod:`.data` reads threads, timelines and failed calls in bounded pages.
+ring; :mod:`.data` reads threads, timelines and failed calls in bounded pages;
+:mod:`.blobs` streams a thread's images and files to its timeline.
 
 May import: the runtime, the store protocol, the server's shared state, the root's
 vocabulary; never the CLI.

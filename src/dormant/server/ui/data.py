@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ...records import Approval, Message, OutboxEntry, Thread
+from ...records import Approval, Message, OutboxEntry, Part, Thread
 from ...runtime import Runtime
 from ...tenants.scope import tenant_of
 
@@ -165,6 +165,31 @@ class Item:
     call_id: str | None = None
     meta: str | None = None
     wait: Approval | None = None
+    #: the message's images and files (on its input, reply or tool result)
+    parts: tuple[Part, ...] = ()
+
+
+#: Pixels of a thumbnail's longer side at most.
+THUMB = 240
+
+
+def thumb_size(part: Part) -> tuple[int, int]:
+    """The drawn size of an image part's thumbnail: its own, scaled down to fit
+    :data:`THUMB` on its longer side (a square :data:`THUMB` when its size is unknown)."""
+    w, h = part.width, part.height
+    if w <= 0 or h <= 0:
+        return THUMB, THUMB
+    scale = min(1.0, THUMB / max(w, h))
+    return max(1, round(w * scale)), max(1, round(h * scale))
+
+
+def size_text(n: int) -> str:
+    """A byte count for people: ``812 B``, ``4.2 KiB``, ``1.5 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
 
 
 def shown(text: str) -> tuple[str, bool]:
@@ -176,7 +201,11 @@ def items_of(message: Message) -> list[Item]:
     """The timeline entries of one message, newest first as the page is."""
     text, cut = shown(message.content)
     if message.role == "user":
-        return [Item("input", message.seq, message.created_at, text, cut, meta=message.source)]
+        return [
+            Item(
+                "input", message.seq, message.created_at, text, cut, meta=message.source, parts=message.parts
+            )
+        ]
     if message.role == "tool":
         return [
             Item(
@@ -187,6 +216,7 @@ def items_of(message: Message) -> list[Item]:
                 cut,
                 name=message.name,
                 call_id=message.tool_call_id,
+                parts=message.parts,
             )
         ]
     out: list[Item] = []
@@ -195,10 +225,10 @@ def items_of(message: Message) -> list[Item]:
         out.append(
             Item("call", message.seq, message.created_at, args, args_cut, name=call.name, call_id=call.id)
         )
-    if message.content or not message.tool_calls:
+    if message.content or message.parts or not message.tool_calls:
         usage = message.usage
         meta = f"{usage.prompt} prompt + {usage.completion} completion tokens" if usage else None
-        out.append(Item("reply", message.seq, message.created_at, text, cut, meta=meta))
+        out.append(Item("reply", message.seq, message.created_at, text, cut, meta=meta, parts=message.parts))
     return out
 
 

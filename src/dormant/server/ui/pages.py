@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ...errors import DormantError, InvalidInput, NotFound, UsageError, http_status
+from ...parts.media import IMAGE_TYPES
 from ...tenants.keys import parse_key
 from ...tenants.scope import Scope, tenant_of
 from ..state import ServerState, state_of
@@ -46,6 +47,9 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+#: Media types a blob is drawn (and served) inline as: images; everything else is a link
+#: to an attachment.
+INLINE = frozenset(IMAGE_TYPES.values())
 #: Bytes of a dashboard form at most.
 MAX_FORM = 8192
 
@@ -58,6 +62,9 @@ env = Environment(
     loader=PackageLoader("dormant.server.ui", "templates"), autoescape=select_autoescape(default=True)
 )
 env.filters["when"] = _when
+env.filters["bytes"] = data.size_text
+env.globals["thumb_size"] = data.thumb_size
+env.globals["inline_types"] = INLINE
 
 
 class Redirect(Exception):
