@@ -22,7 +22,7 @@ from ...errors import InvalidInput, NotFound
 from ...tools.blobs import MAX_READ
 from ..state import state_of
 from ..uploads import served_type
-from .pages import HEADERS, INLINE, _thread_id, guarded, viewer_of
+from .pages import HEADERS, INLINE, guarded, stored_thread_id, viewer_of
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -44,7 +44,7 @@ async def thread_blob(request: Request) -> Response:
     viewer = viewer_of(request)
     store = state_of(request).runtime.store
     try:
-        thread_id = _thread_id(viewer, request.path_params["thread_id"])
+        thread_id = stored_thread_id(viewer, request.path_params["thread_id"])
     except InvalidInput:  # not an id of the viewer's tenant: as unknown as any other
         raise NotFound("no such blob") from None
     ref = _ref(request.path_params["ref"])

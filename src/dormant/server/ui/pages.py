@@ -264,7 +264,7 @@ async def samples(request: Request) -> Response:
     )
 
 
-def _thread_id(viewer: Viewer, raw: str) -> str:
+def stored_thread_id(viewer: Viewer, raw: str) -> str:
     """The stored id of a thread id typed or linked (a tenant's: in its scope)."""
     raw = raw.strip()
     if viewer.tenant is None:
@@ -285,7 +285,7 @@ async def threads(request: Request) -> Response:
     q = request.query_params
     if q.get("id"):
         return RedirectResponse(
-            "/ui/thread?" + urllib.parse.urlencode({"id": _thread_id(viewer, q["id"])}),
+            "/ui/thread?" + urllib.parse.urlencode({"id": stored_thread_id(viewer, q["id"])}),
             status_code=303,
             headers=HEADERS,
         )
@@ -335,7 +335,7 @@ async def thread(request: Request) -> Response:
     """One thread: its row, registers, and one page of its timeline, newest first."""
     viewer = viewer_of(request)
     rt = state_of(request).runtime
-    thread_id = _thread_id(viewer, request.query_params.get("id", ""))
+    thread_id = stored_thread_id(viewer, request.query_params.get("id", ""))
     row = await rt.thread(thread_id, tenant=viewer.tenant)
     cursor = request.query_params.get("cursor") or None
     if cursor is not None and not (cursor.isdigit() and len(cursor) < 19):
@@ -376,7 +376,7 @@ async def thread_head(request: Request) -> Response:
     """A thread's newest seq and state: the page's script reloads when they change."""
     viewer = viewer_of(request)
     rt = state_of(request).runtime
-    row = await rt.thread(_thread_id(viewer, request.query_params.get("id", "")), tenant=viewer.tenant)
+    row = await rt.thread(stored_thread_id(viewer, request.query_params.get("id", "")), tenant=viewer.tenant)
     return JSONResponse(
         {"last_seq": row.last_seq, "state": await data.live_state(rt, row), "updated_at": row.updated_at},
         headers=HEADERS,
@@ -390,7 +390,7 @@ async def retry(request: Request) -> Response:
     viewer = viewer_of(request)
     fields = await form_of(request, viewer)
     rt = state_of(request).runtime
-    thread_id = _thread_id(viewer, fields.get("id", ""))
+    thread_id = stored_thread_id(viewer, fields.get("id", ""))
     await rt.retry(thread_id, tenant=viewer.tenant)
     audit(viewer, "retry_thread", thread_id)
     back = fields.get("back", "thread")

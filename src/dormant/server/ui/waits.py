@@ -26,7 +26,7 @@ from ...errors import DecisionConflict, InvalidInput, NotFound
 from ...records import Approval
 from ..state import state_of
 from .auth import Viewer
-from .pages import HEADERS, _thread_id, audit, env, form_of, guarded, page, viewer_of
+from .pages import HEADERS, audit, env, form_of, guarded, page, stored_thread_id, viewer_of
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -117,7 +117,7 @@ def _scoped(viewer: Viewer, raw: str) -> str:
     """The stored id of a thread a form names: an id outside the viewer's tenant is no
     thread of theirs (404, never a hint it exists)."""
     try:
-        return _thread_id(viewer, raw)
+        return stored_thread_id(viewer, raw)
     except InvalidInput:
         raise NotFound("no such approval or question") from None
 
