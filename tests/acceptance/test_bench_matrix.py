@@ -1,5 +1,5 @@
 """``dormant bench matrix`` end to end on a tiny grid: every output it documents, one
-row per cell, the image cells marked not run, the memory cell's embedder apart."""
+row per cell, the image cell's photos stored once each, the memory cell's embedder apart."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_matrix_tiny_grid(tmp_path: Path) -> None:
     with open(out / "matrix.csv", newline="") as handle:
         assert len(list(csv.DictReader(handle))) == 8
     by = {(r["sessions"], r["active_pct"], r["history"], r["mix"]): r for r in rows}
-    assert by[(10, 10.0, "uniform", "images")]["status"] == "not run"
+    images = by[(10, 10.0, "uniform", "images")]
+    assert images["status"] == "ok"
     base, bigger = by[(10, 10.0, "uniform", "text")], by[(30, 10.0, "uniform", "text")]
     assert base["status"] == bigger["status"] == "ok"
     # the slope is fitted across the cells that differ only in sessions
@@ -65,6 +66,8 @@ def test_matrix_tiny_grid(tmp_path: Path) -> None:
     assert memory["formula_predicted_bytes"] > memory["embedder_rss_bytes"]
     blobs = by[(10, 10.0, "uniform", "blobs")]
     assert blobs["db_bytes"] > base["db_bytes"] + 10 * 20 * 10_000  # 50 KB outputs stored, one per turn
+    # ten photos of ~190 KB stored once each (not once per turn or per view)
+    assert base["db_bytes"] + 10 * 150_000 < images["db_bytes"] < blobs["db_bytes"]
     assert (out / "matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "report.html").read_text()
     assert "data:image/png;base64," in page and "<h2>by sessions</h2>" in page

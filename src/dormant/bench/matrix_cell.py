@@ -20,7 +20,9 @@ Message mixes: ``text`` (the agent_scale texts), ``blobs`` (the tool returns
 :data:`BLOB_BYTES` of log text, stored as a blob), ``memory`` (the agent has a
 subject; each thread is bound to one of its own by a first ``hello`` turn sent with an
 identity, before its history turns; the default MiniLM embedder is loaded first and
-its RSS reported apart). ``images`` is not run here yet.
+its RSS reported apart), ``images`` (each thread's first turn carries a photo of its
+own, a :data:`IMAGE_SIDE` px PNG stored once as a blob; every view of the thread then
+holds its reference, and the scripted model's dialect is shown the placeholder).
 
 ``python -m dormant.bench.matrix_cell '<json>'`` prints ``progress N TOTAL`` lines and
 ``result PATH``.
@@ -44,6 +46,7 @@ from ..agent import Agent
 from ..config import Settings
 from ..memory.embedder import MiniLMEmbedder
 from ..models.scripted import ScriptedModel, tool_round_trip
+from ..parts import Image
 from ..records import NewInput
 from ..runtime import Runtime
 from ..subject import SubjectOptions
@@ -63,8 +66,10 @@ from .stats import slope_per_unit
 
 HISTORIES = ("uniform", "longtail")
 MIXES = ("text", "blobs", "images", "memory")
-#: mixes a cell can run today (images wait for multimodal message parts)
-RUNNABLE_MIXES = ("text", "blobs", "memory")
+#: mixes a cell can run (all of them)
+RUNNABLE_MIXES = MIXES
+#: side of the images mix's photos (noise, so they neither compress nor repeat)
+IMAGE_SIDE = 256
 UNIFORM_TURNS = 20
 TAIL_MAX_TURNS = 40
 LONG_EVERY = 1_000
@@ -113,6 +118,32 @@ def make_agent(mix: str) -> Agent:
     )
 
 
+def photo(i: int) -> bytes:
+    """Thread ``i``'s photo: an :data:`IMAGE_SIDE` px PNG of seeded noise (~200 KB)."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PilImage
+
+    pixels = np.random.default_rng(i).integers(0, 256, (IMAGE_SIDE, IMAGE_SIDE, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    PilImage.fromarray(pixels, "RGB").save(out, format="PNG")
+    return out.getvalue()
+
+
+async def _send_photos(rt: Runtime, thread_ids: list[str], turn: int) -> None:
+    """Turn ``turn`` of ``thread_ids`` as :func:`turn_inputs` words it, each with its photo."""
+    for item in turn_inputs(thread_ids, turn):
+        index = int(item.thread_id.rsplit("-", 1)[1])
+        await rt.send(
+            item.thread_id,
+            item.content,
+            dedup_key=item.dedup_key,
+            agent=item.agent,
+            parts=[Image(photo(index), name=f"photo-{index}.png", alt="a parcel")],
+        )
+
+
 def history_turns(sessions: int, history: str, seed: int = 0) -> list[int]:
     """Turns each thread takes while its history is written."""
     if history == "uniform":
@@ -156,7 +187,10 @@ async def _seed(
             await rt.run_until_idle()
         for turn in range(max(turns[i] for i in wave)):
             ids = [_tid(i) for i in wave if turns[i] > turn]
-            await rt.admit(turn_inputs(ids, turn))
+            if mix == "images" and turn == 0:
+                await _send_photos(rt, ids, turn)
+            else:
+                await rt.admit(turn_inputs(ids, turn))
             await rt.run_until_idle()
             tick(len(ids))
         trim()
