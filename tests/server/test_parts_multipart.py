@@ -113,6 +113,21 @@ async def test_refusals_answer_at_once_and_write_nothing(tmp_path: Path) -> None
     assert counts(db) == (0, 0, 0)
 
 
+async def test_the_thread_day_limit_answers_413_with_nothing_written(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    photo = png(40, 30)
+    limit = len(photo) + 100
+    async with serve(AGENTS, store=f"sqlite:///{db}", max_thread_day_part_bytes=limit) as s, s.client() as c:
+        first = await c.post("/v1/threads/t1/inputs", files=[("image", ("a.png", photo, "image/png"))])
+        assert first.status_code == 202, first.text
+        before = counts(db)
+        again = await c.post("/v1/threads/t1/inputs", files=[("image", ("b.png", png(41, 30), "image/png"))])
+        assert again.status_code == 413
+        assert "daily limit" in again.json()["error"]["message"]
+        after = counts(db)
+        assert after[0] == before[0] and after[1] <= before[1]  # no blob, no input (one may be consumed)
+
+
 async def test_a_huge_upload_is_refused_reading_only_up_to_the_limit(tmp_path: Path) -> None:
     """40 MB streamed against a 1 MiB part limit: 413 after about 1 MiB read, RSS flat."""
     db = tmp_path / "d.db"

@@ -23,6 +23,10 @@ class BlobWriter(Protocol):
         """Create the thread if it does not exist."""
         ...
 
+    async def part_bytes_today(self, thread_id: str) -> int:
+        """Bytes of the parts ``thread_id`` took since the start of the UTC day."""
+        ...
+
 
 #: Bytes of one stored piece handed to the blob store (its own chunking decides the rest).
 PIECE = 256 * 1024
@@ -51,6 +55,8 @@ async def store_parts(
     behind. Then each part's bytes go to the blob store, keyed by their SHA-256 (the
     same bytes twice are one blob), and the part keeps the reference and its facts.
     With ``agent``, a missing thread is created (with that agent) once all parts passed.
+    Before that, the parts the thread took since the start of the UTC day plus these must
+    stay within ``limits.thread_day_bytes`` (PayloadTooLarge, nothing written).
     """
     media = [p for p in parts if not isinstance(p, Text)]
     if len(media) > limits.count:
@@ -68,6 +74,13 @@ async def store_parts(
         if total > limits.input_bytes:
             raise PayloadTooLarge(f"the parts of an input are over the limit of {limits.input_bytes} bytes")
         checked.append((found, name, p))
+    if checked and limits.thread_day_bytes:
+        used = await store.part_bytes_today(thread_id)
+        if used + total > limits.thread_day_bytes:
+            raise PayloadTooLarge(
+                f"thread {thread_id!r} took {used} bytes of images and files today (UTC); {total} more "
+                f"would pass its daily limit of {limits.thread_day_bytes} bytes"
+            )
     out: list[Part] = []
     if checked and agent is not None:
         await store.create_thread(thread_id, agent)
