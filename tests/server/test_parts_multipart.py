@@ -129,7 +129,8 @@ async def test_the_thread_day_limit_answers_413_with_nothing_written(tmp_path: P
 
 
 async def test_a_huge_upload_is_refused_reading_only_up_to_the_limit(tmp_path: Path) -> None:
-    """40 MB streamed against a 1 MiB part limit: 413 after about 1 MiB read, RSS flat."""
+    """40 MB streamed against a 1 MiB part limit: 413 after about 1 MiB read (in process),
+    and through the live server; RSS flat either way."""
     db = tmp_path / "d.db"
     async with serve(AGENTS, store=f"sqlite:///{db}", max_part_bytes=1024 * 1024) as s:
         sent = 0
@@ -160,7 +161,13 @@ async def test_a_huge_upload_is_refused_reading_only_up_to_the_limit(tmp_path: P
         assert "limit of 1048576" in r.json()["error"]["message"]
         assert sent <= 2 * 1024 * 1024  # the parser stopped asking for bytes past the limit
         assert rss() - before < 20 * 1024 * 1024
-    assert counts(db)[:2] == (0, 0)
+        async with s.client() as live:  # through uvicorn: the client sends it all, the server reads on
+            sent = 0
+            form = {"Content-Type": headers["Content-Type"]}
+            r = await live.post("/v1/threads/big/inputs", content=body(), headers=form)
+        assert r.status_code == 413 and sent == 40 * 1024 * 1024, r.text
+        assert rss() - before < 20 * 1024 * 1024
+    assert counts(db) == (0, 0, 0)
 
 
 def rss() -> int:
