@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.types import Scope
@@ -47,6 +47,36 @@ MAX_FIELDS = 64
 HEADER_BYTES = 8 * 1024
 #: Bytes of a file's head sniffed before an ``image`` field is let through.
 SNIFF_BYTES = 16
+
+
+#: The multipart body in the OpenAPI operation of ``POST /v1/threads/{id}/inputs``.
+FORM_DOC: dict[str, Any] = {
+    "requestBody": {
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "content": {"type": "string"},
+                        "agent": {"type": "string"},
+                        "priority": {"type": "integer", "enum": [0, 1, 2]},
+                        "strategy": {
+                            "type": "string",
+                            "enum": ["enqueue", "reject", "interrupt", "rollback"],
+                        },
+                        "image": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                        "file": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                        "text": {
+                            "type": "string",
+                            "description": "alt text or caption of the file before it",
+                        },
+                    },
+                }
+            }
+        }
+    },
+    "responses": {"415": {"description": "an image part that is not an image, or a corrupt file"}},
+}
 
 
 def is_multipart(scope: Scope) -> bool:

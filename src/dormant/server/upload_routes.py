@@ -41,34 +41,7 @@ class MultipartRoute(APIRoute):
         return super().matches(scope)
 
 
-router = APIRouter(prefix="/v1", tags=["threads"], responses={**ERRORS, 415: ERRORS[413]})
-
-FORM_DOC: dict[str, Any] = {
-    "requestBody": {
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "properties": {
-                        "content": {"type": "string"},
-                        "agent": {"type": "string"},
-                        "priority": {"type": "integer", "enum": [0, 1, 2]},
-                        "strategy": {
-                            "type": "string",
-                            "enum": ["enqueue", "reject", "interrupt", "rollback"],
-                        },
-                        "image": {"type": "array", "items": {"type": "string", "format": "binary"}},
-                        "file": {"type": "array", "items": {"type": "string", "format": "binary"}},
-                        "text": {
-                            "type": "string",
-                            "description": "alt text or caption of the file before it",
-                        },
-                    },
-                }
-            }
-        }
-    }
-}
+router = APIRouter(prefix="/v1", tags=["threads"], responses=ERRORS)
 
 
 def input_of(fields: dict[str, str]) -> InputCreate:
@@ -135,6 +108,5 @@ router.add_api_route(
     status_code=202,
     response_model=AdmissionOut,
     route_class_override=MultipartRoute,
-    openapi_extra=FORM_DOC,
-    operation_id="post_input_form",
+    include_in_schema=False,  # the JSON route's operation documents both bodies (FORM_DOC)
 )
