@@ -58,6 +58,11 @@ class Settings(BaseModel):
     max_input_parts_bytes: int = Field(
         50 * 1024 * 1024, ge=1024, description="most bytes of parts one input carries"
     )
+    max_thread_day_part_bytes: int = Field(
+        500 * 1024 * 1024,
+        ge=0,
+        description="most bytes of parts one thread takes in a UTC day (0: no limit)",
+    )
     max_parts_per_input: int = Field(16, ge=1, le=256, description="most images and files one input carries")
     max_image_pixels: int = Field(
         40_000_000, ge=1024, description="images with more pixels are refused (decompression bombs)"

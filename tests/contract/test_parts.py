@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from dormant.errors import PayloadTooLarge
 from dormant.parts import File, Image, Limits, Text, store_parts
 from dormant.store.base import Store
-from tests.helpers import all_messages
+from tests.helpers import FakeClock, all_messages
 from tests.media_samples import pdf, png
 
 from .support import plan, take, user
@@ -33,3 +36,28 @@ async def test_parts_round_trip_and_the_same_bytes_are_one_blob(store: Store) ->
     assert (invoice.kind, invoice.media_type, invoice.text) == ("file", "application/pdf", "No 7")
     assert again[0].text == "the same picture"
     assert await store.read_blob("t2", again[0].ref, 0, 1 << 20) == photo
+
+
+async def test_the_thread_day_limit_counts_pending_and_consumed_parts_of_the_utc_day(
+    store: Store, clock: FakeClock
+) -> None:
+    one, two = png(30, 20), png(31, 20)
+    limits = Limits(thread_day_bytes=len(one) + len(two) + 10)
+    _, first = await store_parts(store, "d1", [Image(one)], limits, "a")
+    await store.admit([user("d1", "k1", "a", parts=first)])
+    assert await store.part_bytes_today("d1") == len(one)  # pending
+    _, second = await store_parts(store, "d1", [Image(two)], limits, "a")
+    await store.admit([user("d1", "k2", "b", parts=second)])
+    c, load = await take(store, "d1")
+    await store.commit_slice(plan(c, load))  # consumed: now the messages' parts count
+    assert await store.part_bytes_today("d1") == len(one) + len(two)
+    blobs = await layout(store)
+    with pytest.raises(PayloadTooLarge, match="daily limit"):
+        await store_parts(store, "d1", [Image(png(32, 20))], limits, "a")
+    assert await layout(store) == blobs  # refused before any blob was stored
+    _, other = await store_parts(store, "d2", [Image(png(32, 20))], limits, "a")  # another thread
+    assert other
+    clock.advance(86400)  # the next UTC day counts afresh
+    assert await store.part_bytes_today("d1") == 0
+    _, later = await store_parts(store, "d1", [Image(png(32, 20))], limits, "a")
+    assert later

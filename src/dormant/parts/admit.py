@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, PayloadTooLarge
@@ -23,6 +25,10 @@ class BlobWriter(Protocol):
         """Create the thread if it does not exist."""
         ...
 
+    async def part_bytes_today(self, thread_id: str) -> int:
+        """Bytes of the parts ``thread_id`` took since the start of the UTC day."""
+        ...
+
 
 #: Bytes of one stored piece handed to the blob store (its own chunking decides the rest).
 PIECE = 256 * 1024
@@ -34,11 +40,35 @@ def _pieces(data: bytes) -> Iterator[bytes]:
         yield bytes(view[at : at + PIECE])
 
 
-def check(part: Image | File, limits: Limits) -> tuple[Checked, str | None]:
+@dataclass(frozen=True, slots=True)
+class Passed:
+    """A part that passed its checks. A file's bytes that were stored as they are read
+    are dropped (``reread``: their SHA-256, the file read again when stored), so RAM
+    holds one part's bytes at a time, not all of an input's."""
+
+    checked: Checked
+    name: str | None
+    size: int
+    reread: str | None = None
+
+
+def check(part: Image | File, limits: Limits) -> Passed:
     """One part's bytes read (bounded) and checked; its name (the caller's, else the path's)."""
     data, path_name = read_source(part.source, limits.part_bytes)
     checked = check_image(data, limits) if isinstance(part, Image) else check_file(data, limits)
-    return checked, part.name or path_name
+    name = part.name or path_name
+    if isinstance(part.source, bytes) or checked.data is not data:
+        return Passed(checked, name, len(checked.data))
+    digest = hashlib.sha256(data).hexdigest()
+    return Passed(replace(checked, data=b""), name, len(data), digest)
+
+
+def reread(part: Image | File, limits: Limits, digest: str) -> bytes:
+    """The bytes of a part's file again, refused (nothing of it stored) if they changed."""
+    data, _ = read_source(part.source, limits.part_bytes)
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise InvalidInput(f"part {part.name or str(part.source)!r} changed while it was being sent")
+    return data
 
 
 async def store_parts(
@@ -51,6 +81,8 @@ async def store_parts(
     behind. Then each part's bytes go to the blob store, keyed by their SHA-256 (the
     same bytes twice are one blob), and the part keeps the reference and its facts.
     With ``agent``, a missing thread is created (with that agent) once all parts passed.
+    Before that, the parts the thread took since the start of the UTC day plus these must
+    stay within ``limits.thread_day_bytes`` (PayloadTooLarge, nothing written).
     """
     media = [p for p in parts if not isinstance(p, Text)]
     if len(media) > limits.count:
@@ -59,20 +91,32 @@ async def store_parts(
         if not isinstance(p, Text | Image | File):
             raise InvalidInput(f"a part is a Text, an Image or a File, not {type(p).__name__}")
     text = "\n\n".join(p.text for p in parts if isinstance(p, Text) and p.text)
-    checked: list[tuple[Checked, str | None, Image | File]] = []
+    checked: list[tuple[Passed, Image | File]] = []
     total = 0
     for p in media:
         assert isinstance(p, Image | File)
-        found, name = await asyncio.to_thread(check, p, limits)
-        total += len(found.data)
+        passed = await asyncio.to_thread(check, p, limits)
+        total += passed.size
         if total > limits.input_bytes:
             raise PayloadTooLarge(f"the parts of an input are over the limit of {limits.input_bytes} bytes")
-        checked.append((found, name, p))
+        checked.append((passed, p))
+    if checked and limits.thread_day_bytes:
+        used = await store.part_bytes_today(thread_id)
+        if used + total > limits.thread_day_bytes:
+            raise PayloadTooLarge(
+                f"thread {thread_id!r} took {used} bytes of images and files today (UTC); {total} more "
+                f"would pass its daily limit of {limits.thread_day_bytes} bytes"
+            )
     out: list[Part] = []
     if checked and agent is not None:
         await store.create_thread(thread_id, agent)
-    for found, name, p in checked:
-        ref = await store.put_blob(thread_id, _pieces(found.data))
+    for passed, p in checked:
+        found, name = passed.checked, passed.name
+        data = (
+            found.data if passed.reread is None else await asyncio.to_thread(reread, p, limits, passed.reread)
+        )
+        ref = await store.put_blob(thread_id, _pieces(data))
+        del data
         given = p.alt if isinstance(p, Image) else p.text
         out.append(
             Part(

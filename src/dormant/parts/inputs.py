@@ -55,6 +55,8 @@ class Limits:
     part_bytes: int = 20 * 1024 * 1024
     input_bytes: int = 50 * 1024 * 1024
     count: int = 16
+    #: bytes of parts one thread takes in a UTC day (0: no limit)
+    thread_day_bytes: int = 500 * 1024 * 1024
     image_pixels: int = 40_000_000
     #: images are downscaled to this longest side before storing (0: never)
     image_max_side: int = 2048
@@ -69,6 +71,7 @@ class Limits:
             part_bytes=settings.max_part_bytes,
             input_bytes=settings.max_input_parts_bytes,
             count=settings.max_parts_per_input,
+            thread_day_bytes=settings.max_thread_day_part_bytes,
             image_pixels=settings.max_image_pixels,
             image_max_side=settings.image_max_side,
             pdf_pages=settings.max_pdf_pages,

@@ -2,14 +2,16 @@
 OpenAI-compatible Chat Completions and Responses — hosting one :class:`~dormant.runtime.Runtime`.
 
 Modules: :mod:`.app` (the app and its lifespan), :mod:`.routes` (REST v1),
-:mod:`.streams` (SSE), :mod:`.hub` (wake-ups and live text), :mod:`.turns` (one
-exchange for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`,
-:mod:`.state` (the knobs and state every route shares), :mod:`.limits` (body size
-before parsing), :mod:`.validation` (the one text check), :mod:`.problems` (errors as
-JSON), :mod:`.access` (access log, request ids, HTTP metrics), :mod:`.guard` (header
-caps and read timeouts of a connection), :mod:`.tokens` and :mod:`.stream_auth`
-(event-stream tokens), :mod:`.cors` (browser origins), :mod:`.ui` (the dashboard at
-``/ui``). ``dormant tenants`` is :mod:`dormant.cli.tenants`.
+:mod:`.streams` (SSE), :mod:`.hub` (wake-ups and live text), :mod:`.turns` (one exchange
+for the OpenAI endpoints), :mod:`.openai_chat`, :mod:`.openai_responses`, :mod:`.state`
+(the knobs and state every route shares), :mod:`.limits` (body size before parsing),
+:mod:`.uploads`, :mod:`.multipart` and :mod:`.upload_routes` (images and files as JSON
+parts or streamed ``multipart/form-data``), :mod:`.validation` (the one text check),
+:mod:`.problems` (errors as JSON), :mod:`.access` (access log, request ids, HTTP
+metrics), :mod:`.guard` (header caps and read timeouts of a connection), :mod:`.tokens`
+and :mod:`.stream_auth` (event-stream tokens), :mod:`.cors` (browser origins),
+:mod:`.ui` (the dashboard at ``/ui``). ``dormant tenants`` is
+:mod:`dormant.cli.tenants`.
 
 May import: the runtime, ops (the exporter, workers), the store protocol, long-term
 memory's handle and the root's vocabulary; never the CLI.

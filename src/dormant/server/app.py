@@ -26,6 +26,7 @@ from .access import AccessLog, HttpMetrics
 from .cors import install_cors
 from .hub import Hub
 from .limits import BodyLimit
+from .multipart import is_multipart
 from .quotas import TenantQuotas
 from .schemas import Health
 from .state import ServerConfig as ServerConfig
@@ -48,6 +49,7 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         routes,
         stream_auth,
         streams,
+        upload_routes,
     )
 
     config = config or ServerConfig()
@@ -169,6 +171,7 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         app.include_router(manage.router)
         app.include_router(waits.router)
     if not config.ui_only:
+        app.include_router(upload_routes.router)  # before routes: the same path, multipart bodies
         app.include_router(routes.router)
         app.include_router(approval_routes.router)
         app.include_router(streams.router)
@@ -182,7 +185,9 @@ def create_app(runtime: Runtime, config: ServerConfig | None = None) -> FastAPI:
         app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     max_body = config.max_body_bytes or runtime.settings.max_input_bytes + 64 * 1024
     app.add_middleware(TextGuard)  # inside BodyLimit: it checks the body BodyLimit bounded
-    app.add_middleware(BodyLimit, max_bytes=max_body)
+    # a multipart upload streams past the body limit, bounded by the parts limits instead
+    stream_max = runtime.settings.max_input_parts_bytes + max_body + 1024 * 1024
+    app.add_middleware(BodyLimit, max_bytes=max_body, streamed=is_multipart, stream_max_bytes=stream_max)
     install_cors(app, config.cors_origins)  # outside the body limit: a preflight has no body
     app.add_middleware(AccessLog, metrics=state.http)  # outermost of the app's own
     return app

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Literal
 
 from ..errors import Busy, IdempotencyMismatch, InvalidInput, PayloadTooLarge, UsageError
 from ..memory.facade import Memory
+from ..parts import Limits, Text, store_parts
+from ..parts.inputs import PartInput
 from ..records import NewInput, Priority
 from ..runtime import Runtime
 from ..tenants.scope import Scope
@@ -64,10 +67,14 @@ async def send_input(
     origin: str = "http",
     quotas: TenantQuotas | None = None,
     hub: Hub | None = None,
+    media: Sequence[PartInput] = (),
+    fingerprint: str | None = None,
 ) -> AdmissionOut:
     """Admit ``body`` to the tenant's thread ``thread_id`` (created with ``body.agent`` when
     new); answered once durable. The same ``dedup_key`` again is a duplicate; with another
-    body, IdempotencyMismatch. ``strategy`` acts on a slice running in this process."""
+    body, IdempotencyMismatch. ``strategy`` acts on a slice running in this process.
+    ``media``: images and files sent beside the body (a multipart upload's, on disk),
+    ``fingerprint`` then the request's (its fields and its files' digests)."""
     inner = scope.inner(thread_id)
     check_size(rt, body.content)
     if body.strategy == "reject" and rt.scheduler.running(inner):
@@ -80,6 +87,9 @@ async def send_input(
     content, parts = (  # images and files: all checked, then stored, before the input
         await admit_parts(rt, inner, body.content, body.parts, agent) if body.parts else (body.content, ())
     )
+    if media:
+        items = [Text(body.content), *media]
+        content, parts = await store_parts(rt.store, inner, items, Limits.of(rt.settings), agent)
     item = NewInput(
         thread_id=inner,
         kind="user",
@@ -89,7 +99,7 @@ async def send_input(
         priority=Priority(body.priority),
         agent=agent,
         source=source,
-        fingerprint=body_fingerprint(body) if dedup_key else None,
+        fingerprint=(fingerprint or body_fingerprint(body)) if dedup_key else None,
     )
     try:
         (admission,) = await rt.admit([item], tenant=scope.tenant_id)

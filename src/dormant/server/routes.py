@@ -21,6 +21,7 @@ from ..tenants.scope import Scope
 from ..tools.blobs import MAX_READ
 from . import calls
 from .calls import agent_name
+from .multipart import FORM_DOC
 from .schemas import (
     AdmissionOut,
     ErrorBody,
@@ -115,7 +116,12 @@ async def delete_thread(request: Request, scope: TenantScope, thread_id: str) ->
     return Response(status_code=204)
 
 
-@router.post("/threads/{thread_id}/inputs", status_code=202, response_model=AdmissionOut)
+@router.post(
+    "/threads/{thread_id}/inputs",
+    status_code=202,
+    response_model=AdmissionOut,
+    openapi_extra=FORM_DOC,  # the same path takes multipart/form-data (upload_routes)
+)
 async def post_input(
     request: Request,
     scope: TenantScope,

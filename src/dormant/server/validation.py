@@ -15,6 +15,9 @@ The rule is *refuse*, never *clean*: text a person sent is stored as they sent i
 not at all, so a retry with the same body is the same input (model replies and tool
 outputs, which no client sent, are cleaned by :func:`dormant.text.clean` instead).
 
+A ``multipart/form-data`` upload to a thread's inputs is not buffered here: its route
+checks each text field with :func:`check_text` as it parses the stream.
+
 The body is the one :class:`~dormant.server.limits.BodyLimit` buffered (bounded by
 its byte cap). A JSON body can only hold either character as a ``\\u`` escape, so a
 body without ``\\u`` is not parsed here at all; one with it is parsed once and walked
@@ -31,6 +34,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidInput
+from .multipart import is_multipart
 from .problems import error_response
 
 _BAD = re.compile("[\x00\ud800-\udfff]")
@@ -124,7 +128,8 @@ class TextGuard:
         if found:
             await self._refuse(found, scope, receive, send)
             return
-        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+        if scope.get("method") not in ("POST", "PUT", "PATCH") or is_multipart(scope):
+            # a multipart upload streams on: its route checks its text fields (check_text)
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []

@@ -403,6 +403,12 @@ class Store(Protocol):
         """
         ...
 
+    async def part_bytes_today(self, thread_id: str, *, tenant: str | None = None) -> int:
+        """Bytes of the image and file parts the thread took since the start of the UTC
+        day (by the store's clock): its pending inputs admitted since and its messages
+        written since (what retention deleted no longer counts)."""
+        ...
+
     async def get_blob(self, thread_id: str, ref: str, *, tenant: str | None = None) -> BlobRef:
         """The blob ``ref`` if ``thread_id`` or one of its ancestors refers to it; NotFound
         otherwise (whether it exists for another thread is not revealed)."""

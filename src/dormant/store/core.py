@@ -170,6 +170,10 @@ def check_plan(plan: CommitPlan) -> None:
         raise StoreError(f"the messages of a plan of {plan.thread_id!r} are not numbered in order")
 
 
+#: Seconds of a UTC day (the thread-day limit counts from its start).
+DAY_S = 86400
+
+
 class StoreCore(TenantRules, RetentionRules, ModelWaits, ApprovalRules):
     """The :class:`~dormant.store.base.Store` over one backend.
 
@@ -560,6 +564,13 @@ class StoreCore(TenantRules, RetentionRules, ModelWaits, ApprovalRules):
         """Store ``chunks`` as one blob that ``thread_id`` refers to."""
         tenancy.check([thread_id], tenant)
         return await self.backend.blobs.put_blob(thread_id, chunks)
+
+    async def part_bytes_today(self, thread_id: str, *, tenant: str | None = None) -> int:
+        """Bytes of the parts the thread took since the start of the UTC day (the
+        thread-day limit's count, by the store's clock on every backend)."""
+        tenancy.check([thread_id], tenant)
+        now = self.backend.clock()
+        return await self.backend.blobs.part_bytes_since(thread_id, now - now % DAY_S)
 
     async def get_blob(self, thread_id: str, ref: str, *, tenant: str | None = None) -> BlobRef:
         """The blob ``ref`` if ``thread_id`` or an ancestor refers to it."""

@@ -170,6 +170,11 @@ class BlobRows(Protocol):
         """As :meth:`dormant.store.base.Store.put_blob` (bounded write batches)."""
         ...
 
+    async def part_bytes_since(self, thread_id: str, since: float) -> int:
+        """Bytes of the image and file parts ``thread_id`` took since ``since`` (its
+        pending inputs admitted since and its messages written since; 0: none)."""
+        ...
+
     async def blob_size(self, thread_id: str, ref: str) -> int | None:
         """Size of ``ref`` if the thread or an ancestor refers to it (complete blobs
         only); None if not visible. NotFound if the thread is missing."""

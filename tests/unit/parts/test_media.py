@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dormant.errors import PayloadTooLarge, UnsupportedMedia
-from dormant.parts import Limits, image_tokens, placeholder
+from dormant.parts import File, Limits, image_tokens, placeholder
 from dormant.parts.media import check_file, check_image, sniff
 from dormant.parts.render import parts_tokens, text_of
 from dormant.records import Message, Part
@@ -95,3 +97,20 @@ def test_the_budget_counts_an_image_by_its_tiles() -> None:
     # the bounds that stand in for a count still hold
     assert token_bound(with_image) >= message_tokens(with_image)
     assert 4 * message_bytes(with_image) >= message_tokens(with_image)
+
+
+def test_a_path_parts_checked_bytes_are_dropped_and_read_again_unchanged(tmp_path: Path) -> None:
+    from dormant.errors import InvalidInput
+    from dormant.parts.admit import check, reread
+
+    path = tmp_path / "invoice.pdf"
+    path.write_bytes(pdf("No 9"))
+    passed = check(File(path), Limits())
+    assert passed.checked.data == b"" and passed.size == len(pdf("No 9")) and passed.reread is not None
+    assert passed.checked.text == "No 9" and passed.name == "invoice.pdf"
+    assert reread(File(path), Limits(), passed.reread) == pdf("No 9")
+    path.write_bytes(pdf("No 10"))  # changed between its check and its store: refused
+    with pytest.raises(InvalidInput, match="changed"):
+        reread(File(path), Limits(), passed.reread)
+    kept = check(File(pdf("No 9")), Limits())  # bytes given: kept as they are
+    assert kept.checked.data == pdf("No 9") and kept.reread is None

@@ -148,6 +148,16 @@ class PostgresBlobs:
             return None
         return int(row[0]), int(row[1])
 
+    async def part_bytes_since(self, thread_id: str, since: float) -> int:
+        """Bytes of the parts ``thread_id`` took since ``since`` (0 for a missing thread)."""
+        try:
+            async with self._reads().connection() as conn:
+                cur = await conn.execute(sql.PART_BYTES_SINCE, {"t": thread_id, "since": since})
+                row = await cur.fetchone()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc) from exc
+        return int(row[0]) if row else 0
+
     async def blob_size(self, thread_id: str, ref: str) -> int | None:
         """The size of ``ref`` if ``thread_id`` or an ancestor refers to it, else None."""
         try:

@@ -212,6 +212,12 @@ SAVEPOINT, ROLLBACK_TO_SAVEPOINT, RELEASE_SAVEPOINT = (
 # -- reads ----------------------------------------------------------------------------
 GET_THREAD = f"SELECT {THREAD_COLS} FROM threads WHERE id = %s"
 THREAD_EXISTS = "SELECT 1 FROM threads WHERE id = %s"
+#: Bytes of the parts a thread's pending inputs and messages took since a time.
+PART_BYTES_SINCE = """SELECT coalesce(sum((p ->> 'size')::bigint), 0)::bigint FROM (
+    SELECT parts FROM inputs WHERE thread_id = %(t)s AND parts IS NOT NULL AND admitted_at >= %(since)s
+    UNION ALL SELECT parts FROM messages
+    WHERE thread_id = %(t)s AND parts IS NOT NULL AND created_at >= %(since)s
+) AS x, jsonb_array_elements(x.parts::jsonb) AS p"""
 HISTORY_NEWEST_FIRST = (
     f"SELECT {MESSAGE_COLS} FROM messages WHERE thread_id = %s AND seq < %s ORDER BY seq DESC LIMIT %s"
 )

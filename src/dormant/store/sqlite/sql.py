@@ -199,6 +199,15 @@ GET_THREAD = f"SELECT {THREAD_COLS} FROM threads WHERE id = ?"
 # a new thread's journal state and subject on its row (see rows.state_row)
 SET_THREAD_STATE = "UPDATE threads SET state = ?, subject = ? WHERE id = ?"
 THREAD_EXISTS = "SELECT 1 FROM threads WHERE id = ?"
+#: Bytes of the parts a thread took since ?2: its pending inputs admitted since, and its
+#: messages written since (a consumed input is deleted as its message is written).
+PART_BYTES_SINCE = """
+SELECT coalesce(sum(json_extract(p.value, '$.size')), 0) FROM (
+    SELECT parts FROM inputs WHERE thread_id = ?1 AND parts IS NOT NULL AND admitted_at >= ?2
+    UNION ALL
+    SELECT parts FROM messages WHERE thread_id = ?1 AND parts IS NOT NULL AND created_at >= ?2
+) AS x, json_each(x.parts) AS p
+"""
 PARENT_OF = "SELECT parent_id, parent_seq FROM threads WHERE id = ?"
 LEASE_TOKEN = "SELECT lease_token FROM threads WHERE id = ?"
 # A live lease is left alone: the slice running under it keeps its thread.
