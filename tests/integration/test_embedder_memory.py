@@ -18,5 +18,7 @@ print(psutil.Process().memory_info().rss - before)
 
 
 def test_a_batch_of_long_texts_leaves_no_arena_behind() -> None:
-    grown = int(subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True).stdout)
+    grown = int(
+        subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True).stdout
+    )
     assert grown < 150 * 2**20, f"RSS grew {grown / 2**20:.0f} MiB after one batch"
