@@ -17,7 +17,7 @@ from dormant.records import Message, Part, ToolCall, ViewLimits
 from dormant.tools.results import PartsOutput
 from dormant.tools.spec import ToolContext, make_tool, result_output
 from dormant.view.builder import extend_view, with_count
-from tests.unit.parts.test_budget import SIZES, TEXTS, TEXT_ONLY, VISION, file, image, server_count, words
+from tests.unit.parts.test_budget import SIZES, TEXT_ONLY, TEXTS, VISION, file, image, server_count, words
 
 IMG = Part(kind="image", ref="sha256:" + "1" * 64, media_type="image/png", size=3, width=640, height=480)
 DOC = Part(
@@ -80,7 +80,9 @@ async def test_a_vision_model_gets_the_tool_results_images_in_a_user_message_aft
             "role": "tool",
             "tool_call_id": "c1",
             # the PDF goes as a file part: its text is in the file, not repeated here
-            "content": f"drawn\n\n[image: image, 640{X}480, no text]\n\n[file: i.pdf, application/pdf, 4 bytes]",
+            "content": (
+                f"drawn\n\n[image: image, 640{X}480, no text]\n\n[file: i.pdf, application/pdf, 4 bytes]"
+            ),
         },
         {
             "role": "user",
