@@ -130,3 +130,14 @@ async def test_a_shared_photo_stays_until_the_last_thread_referring_to_it_is_del
     assert await layout(store) == (0, 0, 0)
     with pytest.raises(NotFound):
         await store.get_blob("two", ref)
+
+
+async def test_a_tools_texts_are_cleaned_before_they_are_stored(store: Store) -> None:
+    await turn(store, "t1", "k1", calls=[call("c1")])
+    (entry,) = await store.claim_outbox("w", 10, 60.0)
+    output = PartsOutput(("te\x00xt", Image(png(), alt="al\x00t \ud800", name="n\x00.png")))
+    kept = await stored_result(store, "t1", output, 1 << 14, Limits())
+    assert await store.finish_outbox([done(entry, kept.content, kept.parts)]) == [True]
+    _, load = await take(store, "t1")
+    ((content, (part,)),) = [(i.content, i.parts) for i in load.inputs]
+    assert (content, part.text, part.name) == ("text", "alt \ufffd", "n.png")

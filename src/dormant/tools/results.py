@@ -16,7 +16,7 @@ The tool message keeps the parts (:attr:`~dormant.records.Message.parts`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
 from ..errors import InvalidInput
@@ -58,6 +58,18 @@ def parts_output(result: Any, as_text: Callable[[Any], str]) -> PartsOutput | No
     return PartsOutput(tuple(x if isinstance(x, str | Text | Image | File) else as_text(x) for x in result))
 
 
+def _cleaned(item: PartItem) -> Text | Image | File:
+    """``item`` as a part whose texts (a tool's: alt text, names) a store can hold."""
+    if isinstance(item, str):
+        return Text(item)
+    if isinstance(item, Text):
+        return item
+    name = clean(item.name) if item.name is not None else None
+    if isinstance(item, Image):
+        return replace(item, name=name, alt=clean(item.alt) if item.alt is not None else None)
+    return replace(item, name=name, text=clean(item.text) if item.text is not None else None)
+
+
 async def stored_result(
     store: BlobWriter, thread_id: str, output: ToolOutput | PartsOutput, threshold: int, limits: Limits
 ) -> ToolResult:
@@ -69,7 +81,7 @@ async def stored_result(
     """
     if not isinstance(output, PartsOutput):
         return ToolResult(await stored_output(store, thread_id, output, threshold))
-    items = [Text(clean(x)) if isinstance(x, str) else x for x in output.items]
+    items = [_cleaned(x) for x in output.items]
     try:
         text, parts = await store_parts(store, thread_id, items, limits)
     except InvalidInput as exc:
