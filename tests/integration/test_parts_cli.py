@@ -93,3 +93,28 @@ def test_export_writes_each_parts_bytes_once_beside_the_jsonl(tmp_path: Path) ->
     first = json.loads(given.stdout.splitlines()[0])
     assert first["parts"][0]["file"] == f"{elsewhere}/{listed[0]['ref'][7:]}.png"
     assert len(list(elsewhere.iterdir())) == 3
+
+
+async def test_exporting_a_large_part_holds_a_few_reads_of_it_at_most(tmp_path: Path) -> None:
+    import os
+    import tracemalloc
+
+    from dormant import Agent, Runtime
+    from dormant.cli.history import export_history
+    from dormant.models import echo_model
+    from dormant.ops.partfiles import PartFiles
+    from dormant.parts import File
+
+    size = 16 * 1024 * 1024
+    async with Runtime(f"sqlite:///{tmp_path}/d.db", [Agent(name="assistant", model=echo_model())]) as rt:
+        await rt.send("t1", "a dump", parts=[File(os.urandom(size), name="core")])
+        await rt.run_until_idle()
+        files = PartFiles(rt.store, tmp_path / "parts", "parts")
+        tracemalloc.start()
+        try:
+            await export_history(rt.store, "t1", lambda line: None, parts=files)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert files.written == 1 and files.bytes == size
+    assert peak < 4 * 1024 * 1024, peak  # 1 MiB reads, never the 16 MiB
