@@ -69,6 +69,10 @@ class Verdict:
     rejoined: int = 0
     #: the worker the fault hit (``w1``)
     victim: str = "w1"
+    #: what ``dormant doctor`` saw (:meth:`dormant.bench.hosts_doctor.DoctorWatch.summary`)
+    doctor: dict[str, Any] = field(default_factory=dict)
+    #: the slow link's counters (:class:`dormant.bench.netem.Stats`), ``slow`` only
+    link: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +109,14 @@ class Verdict:
             "recovery_max_s": round(rec[-1], 2) if rec else None,
             "takeover_max_s": round(max(self.takeover_s), 2) if self.takeover_s else None,
             "victim_commits_after": self.rejoined,
+            "doctor_before": self.doctor.get("before_exit"),
+            "doctor_flagged_s": self.doctor.get("leases_flagged_at_s"),
+            "doctor_cleared_s": self.doctor.get("leases_cleared_at_s"),
+            "doctor_silent": ",".join(self.doctor.get("silent_workers", [])) or None,
+            "doctor_after": self.doctor.get("after_exit"),
+            "link_chunks_delayed": self.link.get("delayed"),
+            "link_stalls": self.link.get("stalls"),
+            "link_max_held_s": round(float(self.link["max_held_s"]), 2) if self.link else None,
             "ok": self.ok,
         }
 
@@ -145,7 +157,7 @@ class Verdict:
         for thread, call in self.unknown_calls:
             if runs[(thread, call)]:
                 self.unknown_ran += 1
-                if self.scenario in ("partition", "kill9") and not ran_on[(thread, call)] & faulted:
+                if self.scenario in ("partition", "kill9", "slow") and not ran_on[(thread, call)] & faulted:
                     self.unknown_false += 1
             else:
                 self.unknown_unrun += 1
