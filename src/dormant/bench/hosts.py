@@ -24,7 +24,7 @@ Scenarios (``SCENARIOS``):
 
 With ``kill9=True`` any scenario also SIGKILLs ``w2`` at the fault (and restarts it).
 ``dormant doctor`` (:mod:`~dormant.bench.hosts_doctor`) runs against the database before
-the fault, every half second during the fault of ``partition``, ``kill9`` and ``slow``,
+the fault, every quarter second during the fault of ``partition``, ``kill9`` and ``slow``,
 and once all is drained.
 """
 

@@ -67,6 +67,8 @@ class Verdict:
     takeover_s: list[float] = field(default_factory=list)
     #: commits the cut/killed worker made after the fault ended (it rejoined)
     rejoined: int = 0
+    #: the victim's committed slices that ran (in part) during the fault: start to commit done
+    during_s: list[float] = field(default_factory=list)
     #: the worker the fault hit (``w1``)
     victim: str = "w1"
     #: what ``dormant doctor`` saw (:meth:`dormant.bench.hosts_doctor.DoctorWatch.summary`)
@@ -109,10 +111,16 @@ class Verdict:
             "recovery_max_s": round(rec[-1], 2) if rec else None,
             "takeover_max_s": round(max(self.takeover_s), 2) if self.takeover_s else None,
             "victim_commits_after": self.rejoined,
+            "victim_commits_during": len(self.during_s),
+            "victim_slice_p50_during_s": round(statistics.median(self.during_s), 2)
+            if self.during_s
+            else None,
             "doctor_before": self.doctor.get("before_exit"),
             "doctor_flagged_s": self.doctor.get("leases_flagged_at_s"),
             "doctor_cleared_s": self.doctor.get("leases_cleared_at_s"),
             "doctor_silent": ",".join(self.doctor.get("silent_workers", [])) or None,
+            "doctor_victim_held_s": self.doctor.get("victim_held_until_s"),
+            "doctor_victim_beat_age_s": self.doctor.get("victim_heartbeat_age_s"),
             "doctor_after": self.doctor.get("after_exit"),
             "link_chunks_delayed": self.link.get("delayed"),
             "link_stalls": self.link.get("stalls"),
@@ -127,6 +135,7 @@ class Verdict:
         ran_on: dict[tuple[str, str], set[str]] = defaultdict(set)
         starts: dict[tuple[str, str], float] = {}
         commits: dict[tuple[str, str], float] = {}
+        ended: dict[tuple[str, str], float] = {}
         committed: list[tuple[str, str]] = []
         worker: dict[tuple[str, str], str] = {}
         cancelled: set[tuple[str, str]] = set()
@@ -147,6 +156,7 @@ class Verdict:
                     commits[(parts[1], parts[2])] = float(parts[3])
                 elif kind == "ok" and len(parts) == 4:
                     committed.append((parts[1], parts[2]))
+                    ended[(parts[1], parts[2])] = float(parts[3])
                 elif kind == "fenced":
                     self.fenced += 1
                 elif kind == "cancelled" and len(parts) == 4 and (parts[1], parts[2]) not in cancelled:
@@ -168,6 +178,8 @@ class Verdict:
                 spans[key[0]].append((starts[key], commits[key]))
                 if worker[key] == self.victim and starts[key] >= self.healed_at:
                     self.rejoined += 1
+                elif worker[key] == self.victim and ended[key] > self.fault_at:
+                    self.during_s.append(ended[key] - starts[key])
         # the victim's slices open at the fault (never committed): when did another take over?
         for key, start in starts.items():
             if worker[key] == self.victim and key not in done and start <= self.fault_at + 0.5:

@@ -74,6 +74,8 @@ def hosts(
     from .netns import available, netem_available
 
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)  # the table in full in a log, not cut to 80 columns
     why = available()
     if why is not None:
         console.print(f"[red]dormant bench hosts cannot run here:[/] {why}")

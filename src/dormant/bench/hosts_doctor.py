@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: samples kept at most (one every half second: ten minutes of fault)
+#: samples kept at most (one every quarter second: five minutes of fault)
 MAX_SAMPLES = 1200
 
 
 class DoctorWatch:
     """Doctor samples of the store at ``url``, written to ``path``."""
 
-    def __init__(self, url: str, path: Path, every_s: float = 0.5) -> None:
+    def __init__(self, url: str, path: Path, every_s: float = 0.25) -> None:
         self.url, self.path, self.every_s = url, path, every_s
         self.samples: list[dict[str, Any]] = []
 
@@ -45,6 +45,8 @@ class DoctorWatch:
             "silent": [
                 w[0] for w in facts.get("worker_rows", []) if w[3] > float(facts.get("dead_after_s", 4.0))
             ],
+            # each worker: seconds since its heartbeat, thread leases and call leases it holds
+            "workers": {w[0]: (round(w[3], 2), w[4], w[5]) for w in facts.get("worker_rows", [])},
         }
         if len(self.samples) < MAX_SAMPLES:
             self.samples.append(row)
@@ -60,8 +62,9 @@ class DoctorWatch:
             self.sample("during")
             time.sleep(max(0.0, min(left, self.every_s - (time.monotonic() - began))))
 
-    def summary(self, fault_at: float) -> dict[str, Any]:
-        """What the doctor saw (times in seconds after ``fault_at``)."""
+    def summary(self, fault_at: float, victim: str = "w1") -> dict[str, Any]:
+        """What the doctor saw (times in seconds after ``fault_at``; ``victim``: the worker
+        the fault hit, whose heartbeat age and leases it follows)."""
 
         def flagged(row: dict[str, Any]) -> bool:
             levels: dict[str, str] = row["levels"]
@@ -72,6 +75,7 @@ class DoctorWatch:
         cleared = None
         if first is not None:
             cleared = next((s for s in during if s["t"] > first["t"] and not flagged(s)), None)
+        held = [s for s in during if (row := s["workers"].get(victim)) and (row[1] or row[2])]
         before = next((s for s in self.samples if s["label"] == "before"), None)
         after = next((s for s in self.samples if s["label"] == "after"), None)
         return {
@@ -83,6 +87,9 @@ class DoctorWatch:
             "leases_cleared_at_s": round(cleared["t"] - fault_at, 2) if cleared else None,
             "max_lapsed_leases": max((s["lapsed_leases"] for s in during), default=0),
             "silent_workers": sorted({w for s in during for w in s["silent"]}),
+            # the victim's leases, seen with its heartbeat going stale, until taken over
+            "victim_held_until_s": round(held[-1]["t"] - fault_at, 2) if held else None,
+            "victim_heartbeat_age_s": max((s["workers"][victim][0] for s in held), default=None),
             "after_exit": after["exit"] if after else None,
             "after_flagged": after["flagged"] if after else {},
             "after_levels": after["levels"] if after else {},

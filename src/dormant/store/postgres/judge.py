@@ -94,22 +94,28 @@ def judge_postgres(facts: PgFacts, url: str, stuck_after_s: float) -> list[Findi
 def _workers(facts: PgFacts) -> Finding:
     silent = [w for w in facts.worker_rows if w[3] > facts.dead_after_s]
     holding = [w for w in silent if w[4] or w[5]]
+    # late: half the way to dead, still holding leases (a partition or a kill -9 shows here first)
+    late = [
+        w for w in facts.worker_rows if facts.dead_after_s / 2 < w[3] <= facts.dead_after_s and (w[4] or w[5])
+    ]
     details = tuple(
-        f"{wid} (pid {pid} on {host}): no heartbeat for {age:.1f} s, holds {threads} thread and "
-        f"{calls} call lease(s)"
-        for wid, host, pid, age, threads, calls in silent[:10]
+        f"{wid} (pid {pid} on {host}): {'no heartbeat' if age > facts.dead_after_s else 'heartbeat late'} "
+        f"for {age:.1f} s, holds {threads} thread and {calls} call lease(s)"
+        for wid, host, pid, age, threads, calls in (silent + late)[:10]
     )
     live = facts.workers - len(silent)
     summary = f"{live} worker(s) heartbeating, {len(silent)} silent for over {facts.dead_after_s:g} s"
+    if late:
+        summary += f", {len(late)} late"
     if holding:
         return Finding(
             "workers",
             "warn",
-            summary + f"; {len(holding)} of them still hold leases",
+            summary + f"; {len(holding)} silent one(s) still hold leases",
             details,
             "a live worker takes their leases over at its next claim; if none runs, start one",
         )
-    return Finding("workers", "ok" if not silent else "info", summary, details)
+    return Finding("workers", "ok" if not (silent or late) else "info", summary, details)
 
 
 def _replication(facts: PgFacts) -> list[Finding]:
