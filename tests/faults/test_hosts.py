@@ -8,8 +8,8 @@ the store and the workers' ledgers that every acknowledged input was answered ex
 no non-idempotent call ran twice, every "outcome unknown" call was ambiguous (its effect
 ran on a worker the fault hit, or never began on one that had claimed it), and no two
 slices of a thread overlapped; ``dormant doctor`` runs against the database through each
-fault and must find it healthy once all is drained. Needs root (network namespaces): skipped with the reason elsewhere,
-failed under ``CI=true``. The longer runs are ``dormant bench hosts``; the standalone kill -9
+fault and must find it healthy once all is drained. Needs root (network namespaces):
+skipped with the reason elsewhere, failed under ``CI=true``. The longer runs are ``dormant bench hosts``; the standalone kill -9
 (for time) and the immediate restart (for time) are marked ``hosts`` (``make test-hosts``).
 """
 
