@@ -14,6 +14,7 @@ from dormant.ops.doctor import diagnose, render
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ToolCall, ViewLimits
 from dormant.store.health import Report
 from dormant.store.postgres import PostgresStore
+from dormant.store.postgres import doctor_sql
 from dormant.store.postgres.doctor import PgFacts
 from dormant.store.postgres.judge import judge_postgres
 from dormant.store.postgres.schema import SCHEMA_VERSION
@@ -123,7 +124,9 @@ async def test_a_healthy_store_and_a_broken_one(pg_url: str) -> None:
         assert conn.execute("SELECT status FROM threads WHERE id = 'ok'").fetchone() == ("active",)
 
 
-async def test_amcheck_verifies_the_store_indexes_where_installed(pg_url: str) -> None:
+async def test_amcheck_verifies_the_store_indexes_where_installed(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = PostgresStore(pg_url, pool_size=1)
     await store.open()
     await store.close()
@@ -136,6 +139,12 @@ async def test_amcheck_verifies_the_store_indexes_where_installed(pg_url: str) -
     assert int(report.facts["amcheck_indexes"]) >= 10
     quick = diagnose(pg_url, quick=True)
     assert "amcheck" not in levels(quick)
+    # an index check that fails is damage: fail, with the index named
+    monkeypatch.setattr(doctor_sql, "BT_CHECK", doctor_sql.BT_CHECK + " WHERE 1 / 0 = 0")
+    report = diagnose(pg_url)
+    assert levels(report)["amcheck"] == "fail" and report.exit_code == 1, text(report)
+    assert "division by zero" in text(report) and "api_keys_pkey" in text(report)
+    assert f"damage in {report.facts['amcheck_indexes']} of" in text(report)
 
 
 def test_an_unreachable_server_fails_without_showing_the_password() -> None:
