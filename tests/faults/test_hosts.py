@@ -9,8 +9,9 @@ no non-idempotent call ran twice, every "outcome unknown" call was ambiguous (it
 ran on a worker the fault hit, or never began on one that had claimed it), and no two
 slices of a thread overlapped; ``dormant doctor`` runs against the database through each
 fault and must find it healthy once all is drained. Needs root (network namespaces):
-skipped with the reason elsewhere, failed under ``CI=true``. The longer runs are ``dormant bench hosts``; the standalone kill -9
-(for time) and the immediate restart (for time) are marked ``hosts`` (``make test-hosts``).
+skipped with the reason elsewhere, failed under ``CI=true``. The longer runs are
+``dormant bench hosts``; the standalone kill -9 and the immediate restart are marked
+``hosts`` for time (``make test-hosts``).
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ from dormant.errors import DormantError
 from dormant.ops.doctor import diagnose, render
 from dormant.records import CommitPlan, Message, NewCall, NewInput, ToolCall, ViewLimits
 from dormant.store.health import Report
-from dormant.store.postgres import PostgresStore
-from dormant.store.postgres import doctor_sql
+from dormant.store.postgres import PostgresStore, doctor_sql
 from dormant.store.postgres.doctor import PgFacts
 from dormant.store.postgres.judge import judge_postgres
 from dormant.store.postgres.schema import SCHEMA_VERSION

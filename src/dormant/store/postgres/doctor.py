@@ -45,6 +45,7 @@ class PgFacts(msgspec.Struct, kw_only=True):
     expected_version: int = SCHEMA_VERSION
     amcheck: str = "skipped"  # skipped (quick) | missing | available | checked
     amcheck_indexes: int = 0
+    amcheck_failed: int = 0
     amcheck_errors: list[str] = msgspec.field(default_factory=list)
     threads: int = 0
     failed_threads: int = 0
@@ -219,5 +220,6 @@ def _amcheck(conn: Any, facts: PgFacts, guard: Guard, rows: Any, one: Any) -> No
         try:
             conn.execute(check, (oid, False))
         except psycopg.Error as exc:
+            facts.amcheck_failed += 1
             if len(facts.amcheck_errors) < 20:
                 facts.amcheck_errors.append(f"{name}: {_error(exc)}")

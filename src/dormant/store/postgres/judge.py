@@ -65,7 +65,8 @@ def judge_postgres(facts: PgFacts, url: str, stuck_after_s: float) -> list[Findi
                 Finding(
                     "amcheck",
                     "fail",
-                    f"bt_index_check found damage in {facts.amcheck_failed} of {facts.amcheck_indexes} index(es)",
+                    f"bt_index_check found damage in {facts.amcheck_failed} of "
+                    f"{facts.amcheck_indexes} index(es)",
                     tuple(facts.amcheck_errors[:10]),
                     "REINDEX the damaged indexes (REINDEX INDEX CONCURRENTLY); if tables are damaged, "
                     + restore,
