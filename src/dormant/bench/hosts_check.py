@@ -11,6 +11,9 @@ reads the ledgers (:mod:`~dormant.bench.hosts_worker`) once the workers are stop
   shows the effect began: really ambiguous) and ``unknown_unrun`` (it never began, but a
   worker had claimed it and then lost contact: the store cannot tell); ``unknown_false``:
   one whose effect ran on a worker the fault never touched (must be 0: it was not ambiguous);
+  ``unknown_blocked`` (``slow`` only): one whose effect ran on a worker with a clean link
+  but whose result was not recorded within the call's lease (its commit waited, behind
+  the slow worker's open transactions): ambiguous to the store, as any lapsed call is;
 * ``overlaps``: two committed slices of one thread whose runs (start to commit) overlapped
   (must be 0); ``fenced``: commits the store refused because the lease was lost;
   ``cancelled``: slices their own worker cancelled when it saw their lease lapse (the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -58,6 +62,7 @@ class Verdict:
     unknown_ran: int = 0
     unknown_unrun: int = 0
     unknown_false: int = 0
+    unknown_blocked: int = 0
     overlaps: int = 0
     fenced: int = 0
     cancelled: int = 0
@@ -103,6 +108,7 @@ class Verdict:
             "unknown_ran": self.unknown_ran,
             "unknown_unrun": self.unknown_unrun,
             "unknown_false": self.unknown_false,
+            "unknown_blocked": self.unknown_blocked,
             "overlaps": self.overlaps,
             "fenced": self.fenced,
             "cancelled": self.cancelled,
@@ -164,11 +170,18 @@ class Verdict:
         self.cancelled = len(cancelled)
         self.charges = len(runs)
         self.double_charges = sum(1 for n in runs.values() if n > 1)
+        (out / "unknown.json").write_text(
+            json.dumps([[t, c, sorted(ran_on[(t, c)])] for t, c in self.unknown_calls])
+        )  # the calls answered "outcome unknown", and where the ledger shows their effect ran
         for thread, call in self.unknown_calls:
             if runs[(thread, call)]:
                 self.unknown_ran += 1
-                if self.scenario in ("partition", "kill9", "slow") and not ran_on[(thread, call)] & faulted:
+                if ran_on[(thread, call)] & faulted:
+                    continue
+                if self.scenario in ("partition", "kill9"):
                     self.unknown_false += 1
+                elif self.scenario == "slow":
+                    self.unknown_blocked += 1
             else:
                 self.unknown_unrun += 1
         spans: dict[str, list[tuple[float, float]]] = defaultdict(list)

@@ -21,6 +21,7 @@ SHOWN = (
     "double_charges",
     "unknown",
     "unknown_ran",
+    "unknown_blocked",
     "overlaps",
     "fenced",
     "takeover_max_s",
