@@ -15,11 +15,17 @@ Scenarios (``SCENARIOS``):
 * ``failover``: the primary stopped (immediate) and the standby promoted; the workers'
   URL names both hosts with ``target_session_attrs=read-write``; synchronous replication
   (``synchronous_standby_names``) on unless ``sync=False``;
-* ``kill9``: ``w1`` killed with SIGKILL (and restarted after the lease).
+* ``kill9``: ``w1`` killed with SIGKILL (and restarted after the lease);
+* ``slow``: ``w1``'s path to the database made slow and lossy for ``slow_s`` (by default
+  200 ± 50 ms each way and 10 % loss, as TCP experiences it: a retransmission stall), then
+  clean again. ``w1`` reaches the database through :mod:`~dormant.bench.netem`, a proxy on
+  its own host's loopback, from the start (clean until the fault), since this kernel may
+  lack ``sch_netem``; ``slow_rate`` adds a ``tbf`` bandwidth cap on ``w1``'s link.
 
 With ``kill9=True`` any scenario also SIGKILLs ``w2`` at the fault (and restarts it).
-A slow/lossy link needs ``tc netem``, which :func:`~dormant.bench.netns.netem_available`
-probes; where the kernel lacks it the scenario is reported as not run.
+``dormant doctor`` (:mod:`~dormant.bench.hosts_doctor`) runs against the database before
+the fault, every quarter second during the fault of ``partition``, ``kill9`` and ``slow``,
+and once all is drained.
 """
 
 from __future__ import annotations
@@ -41,10 +47,13 @@ from pathlib import Path
 from ..records import NewInput
 from .chaos_worker import URL_ENV
 from .hosts_check import Verdict, check
+from .hosts_doctor import DoctorWatch
 from .hosts_pg import PORT, PgHost
 from .netns import Net
 
-SCENARIOS = ("partition", "restart-fast", "restart-immediate", "failover", "kill9")
+SCENARIOS = ("partition", "restart-fast", "restart-immediate", "failover", "kill9", "slow")
+#: where the slow link's proxy listens on its worker's host (its loopback only)
+PROXY_PORT = 15432
 WORKERS = ("w1", "w2", "w3")
 
 
@@ -63,12 +72,18 @@ class HostsConfig:
     partition_s: float = 8.0
     sync: bool = True
     kill9: bool = False
+    #: the slow link: how long, its one-way delay ± jitter, its loss, an optional tbf rate
+    slow_s: float = 60.0
+    delay_s: float = 0.2
+    jitter_s: float = 0.05
+    loss: float = 0.10
+    slow_rate: str | None = None
     out: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dormant-hosts-")))
     drain_s: float = 60.0
 
 
-def _url(hosts: list[str], schema: str) -> str:
-    netloc = ",".join(f"{h}:{PORT}" for h in hosts)
+def _url(hosts: list[str], schema: str, port: int = PORT) -> str:
+    netloc = ",".join(f"{h}:{port}" for h in hosts)
     query = f"connect_timeout=3&target_session_attrs=read-write&options=-csearch_path%3D{schema}"
     return f"postgresql://postgres@{netloc}/postgres?{query}"
 
@@ -76,13 +91,14 @@ def _url(hosts: list[str], schema: str) -> str:
 class Workers:
     """The three worker processes, each inside its host's namespace."""
 
-    def __init__(self, net: Net, cfg: HostsConfig, url: str) -> None:
+    def __init__(self, net: Net, cfg: HostsConfig, url: str, urls: dict[str, str] | None = None) -> None:
         self.net, self.cfg, self.url = net, cfg, url
+        self.urls = urls or {}  # a worker's own URL (through its link's proxy)
         self.procs: dict[str, subprocess.Popen[str]] = {}
 
     def start(self, name: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DORMANT_")}
-        env[URL_ENV] = self.url
+        env[URL_ENV] = self.urls.get(name, self.url)
         payload = {
             "ledger": str(self.cfg.out / f"ledger-{name}.log"),
             "name": name,
@@ -122,6 +138,57 @@ class Workers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+class SlowLink:
+    """The :mod:`~dormant.bench.netem` proxy on host ``name``: ``127.0.0.1:PROXY_PORT`` there
+    forwards to ``upstream``, clean until :meth:`impair`."""
+
+    def __init__(self, net: Net, cfg: HostsConfig, name: str, upstream: str) -> None:
+        self.net, self.cfg, self.name = net, cfg, name
+        self.stats_path = cfg.out / f"netem-{name}.json"
+        payload = {
+            "listen": f"127.0.0.1:{PROXY_PORT}",
+            "upstream": f"{upstream}:{PORT}",
+            "delay_s": cfg.delay_s,
+            "jitter_s": cfg.jitter_s,
+            "loss": cfg.loss,
+            "stats": str(self.stats_path),
+        }
+        with open(cfg.out / f"netem-{name}.log", "a") as log:
+            self.proc = subprocess.Popen(
+                [*net.exec_args(name), sys.executable, "-m", "dormant.bench.netem", json.dumps(payload)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "READY":
+            self.proc.kill()
+            raise RuntimeError(f"the link proxy did not start: see {cfg.out}/netem-{name}.log")
+
+    def impair(self, on: bool = True) -> None:
+        """Make the link slow and lossy (``on``), or clean again."""
+        self.proc.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+        if self.cfg.slow_rate:
+            if on:
+                self.net.limit(self.name, self.cfg.slow_rate)
+            else:
+                self.net.unlimit(self.name)
+
+    def stop(self) -> dict[str, object]:
+        """Stop the proxy; its counters."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        try:
+            return dict(json.loads(self.stats_path.read_text()))
+        except (OSError, ValueError):
+            return {}
 
 
 async def _admit_loop(url: str, cfg: HostsConfig, acked: set[tuple[str, str]], stop: asyncio.Event) -> int:
@@ -173,7 +240,13 @@ def _await_line(path: Path, prefix: str, timeout: float = 15.0) -> None:
 
 
 def _fault(
-    cfg: HostsConfig, net: Net, workers: Workers, primary: PgHost, standby: PgHost | None
+    cfg: HostsConfig,
+    net: Net,
+    workers: Workers,
+    primary: PgHost,
+    standby: PgHost | None,
+    link: SlowLink | None,
+    doctor: DoctorWatch,
 ) -> tuple[float, float]:
     """Make the scenario's fault (blocking): when it struck, and when it was over."""
     if cfg.kill9:
@@ -184,8 +257,15 @@ def _fault(
         _await_line(cfg.out / "ledger-w1.log", "slice ")
         fault_at = time.time()
         net.cut("w1")
-        time.sleep(cfg.partition_s)
+        doctor.watch(cfg.partition_s)
         net.heal("w1")
+    elif cfg.scenario == "slow":
+        assert link is not None
+        _await_line(cfg.out / "ledger-w1.log", "slice ")
+        fault_at = time.time()
+        link.impair()
+        doctor.watch(cfg.slow_s)
+        link.impair(False)
     elif cfg.scenario.startswith("restart-"):
         primary.restart(cfg.scenario.removeprefix("restart-"))
     elif cfg.scenario == "failover":
@@ -196,7 +276,7 @@ def _fault(
         _await_line(cfg.out / "ledger-w1.log", "run charge")
         fault_at = time.time()
         workers.kill9("w1")
-        time.sleep(cfg.lease_s)
+        doctor.watch(cfg.lease_s)
         workers.start("w1")
     if cfg.kill9:
         workers.start("w2")
@@ -213,6 +293,7 @@ async def run_scenario(cfg: HostsConfig, echo: Callable[[str], None] = print) ->
     data.chmod(0o755)  # the server runs as its own user
     primary, standby = PgHost(net, "db", data / "a" / "pgdata"), None
     workers: Workers | None = None
+    link: SlowLink | None = None
     try:
         primary.init()
         primary.configure(
@@ -236,7 +317,11 @@ async def run_scenario(cfg: HostsConfig, echo: Callable[[str], None] = print) ->
         store = PostgresStore(url, pool_size=1)  # migrate once, before the workers race to
         await store.open()
         await store.close()
-        workers = Workers(net, cfg, url)
+        urls = {}
+        if cfg.scenario == "slow":
+            link = SlowLink(net, cfg, "w1", primary.addr)
+            urls["w1"] = _url(["127.0.0.1"], schema, PROXY_PORT)
+        workers = Workers(net, cfg, url, urls)
         for name in WORKERS:
             workers.start(name)
         echo(f"{cfg.scenario}: {cfg.threads} threads, lease {cfg.lease_s} s, out {cfg.out}")
@@ -244,16 +329,26 @@ async def run_scenario(cfg: HostsConfig, echo: Callable[[str], None] = print) ->
         stop = asyncio.Event()
         admitting = asyncio.create_task(_admit_loop(url, cfg, acked, stop))
         await asyncio.sleep(cfg.before_s)
-        fault_at, healed_at = await asyncio.to_thread(_fault, cfg, net, workers, primary, standby)
+        doctor = DoctorWatch(url, cfg.out / "doctor.jsonl")
+        await asyncio.to_thread(doctor.sample, "before")
+        fault_at, healed_at = await asyncio.to_thread(
+            _fault, cfg, net, workers, primary, standby, link, doctor
+        )
         echo(f"fault made at {fault_at:.3f}, over at {healed_at:.3f}")
         await asyncio.sleep(cfg.after_s)
         stop.set()
         turns = await admitting
         verdict = await check(url, cfg, acked, fault_at, healed_at, turns)
+        await asyncio.to_thread(doctor.sample, "after", quick=False)
         workers.stop()
         verdict.finish(cfg.out, faulted={"w1", "w2"} if cfg.kill9 else {"w1"})
+        verdict.doctor = doctor.summary(fault_at)
+        if link is not None:
+            verdict.link = link.stop()
         return verdict
     finally:
+        if link is not None:
+            link.stop()
         if workers is not None:
             workers.stop()
         for server in (primary, standby):

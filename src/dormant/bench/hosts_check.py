@@ -11,6 +11,9 @@ reads the ledgers (:mod:`~dormant.bench.hosts_worker`) once the workers are stop
   shows the effect began: really ambiguous) and ``unknown_unrun`` (it never began, but a
   worker had claimed it and then lost contact: the store cannot tell); ``unknown_false``:
   one whose effect ran on a worker the fault never touched (must be 0: it was not ambiguous);
+  ``unknown_blocked`` (``slow`` only): one whose effect ran on a worker with a clean link
+  but whose result was not recorded within the call's lease (its commit waited, behind
+  the slow worker's open transactions): ambiguous to the store, as any lapsed call is;
 * ``overlaps``: two committed slices of one thread whose runs (start to commit) overlapped
   (must be 0); ``fenced``: commits the store refused because the lease was lost;
   ``cancelled``: slices their own worker cancelled when it saw their lease lapse (the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -58,6 +62,7 @@ class Verdict:
     unknown_ran: int = 0
     unknown_unrun: int = 0
     unknown_false: int = 0
+    unknown_blocked: int = 0
     overlaps: int = 0
     fenced: int = 0
     cancelled: int = 0
@@ -67,8 +72,14 @@ class Verdict:
     takeover_s: list[float] = field(default_factory=list)
     #: commits the cut/killed worker made after the fault ended (it rejoined)
     rejoined: int = 0
+    #: the victim's committed slices that ran (in part) during the fault: start to commit done
+    during_s: list[float] = field(default_factory=list)
     #: the worker the fault hit (``w1``)
     victim: str = "w1"
+    #: what ``dormant doctor`` saw (:meth:`dormant.bench.hosts_doctor.DoctorWatch.summary`)
+    doctor: dict[str, Any] = field(default_factory=dict)
+    #: the slow link's counters (:class:`dormant.bench.netem.Stats`), ``slow`` only
+    link: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -97,6 +108,7 @@ class Verdict:
             "unknown_ran": self.unknown_ran,
             "unknown_unrun": self.unknown_unrun,
             "unknown_false": self.unknown_false,
+            "unknown_blocked": self.unknown_blocked,
             "overlaps": self.overlaps,
             "fenced": self.fenced,
             "cancelled": self.cancelled,
@@ -105,6 +117,20 @@ class Verdict:
             "recovery_max_s": round(rec[-1], 2) if rec else None,
             "takeover_max_s": round(max(self.takeover_s), 2) if self.takeover_s else None,
             "victim_commits_after": self.rejoined,
+            "victim_commits_during": len(self.during_s),
+            "victim_slice_p50_during_s": round(statistics.median(self.during_s), 2)
+            if self.during_s
+            else None,
+            "doctor_before": self.doctor.get("before_exit"),
+            "doctor_flagged_s": self.doctor.get("leases_flagged_at_s"),
+            "doctor_cleared_s": self.doctor.get("leases_cleared_at_s"),
+            "doctor_silent": ",".join(self.doctor.get("silent_workers", [])) or None,
+            "doctor_victim_held_s": self.doctor.get("victim_held_until_s"),
+            "doctor_victim_beat_age_s": self.doctor.get("victim_heartbeat_age_s"),
+            "doctor_after": self.doctor.get("after_exit"),
+            "link_chunks_delayed": self.link.get("delayed"),
+            "link_stalls": self.link.get("stalls"),
+            "link_max_held_s": round(float(self.link["max_held_s"]), 2) if self.link else None,
             "ok": self.ok,
         }
 
@@ -115,6 +141,7 @@ class Verdict:
         ran_on: dict[tuple[str, str], set[str]] = defaultdict(set)
         starts: dict[tuple[str, str], float] = {}
         commits: dict[tuple[str, str], float] = {}
+        ended: dict[tuple[str, str], float] = {}
         committed: list[tuple[str, str]] = []
         worker: dict[tuple[str, str], str] = {}
         cancelled: set[tuple[str, str]] = set()
@@ -135,6 +162,7 @@ class Verdict:
                     commits[(parts[1], parts[2])] = float(parts[3])
                 elif kind == "ok" and len(parts) == 4:
                     committed.append((parts[1], parts[2]))
+                    ended[(parts[1], parts[2])] = float(parts[3])
                 elif kind == "fenced":
                     self.fenced += 1
                 elif kind == "cancelled" and len(parts) == 4 and (parts[1], parts[2]) not in cancelled:
@@ -142,11 +170,18 @@ class Verdict:
         self.cancelled = len(cancelled)
         self.charges = len(runs)
         self.double_charges = sum(1 for n in runs.values() if n > 1)
+        (out / "unknown.json").write_text(
+            json.dumps([[t, c, sorted(ran_on[(t, c)])] for t, c in self.unknown_calls])
+        )  # the calls answered "outcome unknown", and where the ledger shows their effect ran
         for thread, call in self.unknown_calls:
             if runs[(thread, call)]:
                 self.unknown_ran += 1
-                if self.scenario in ("partition", "kill9") and not ran_on[(thread, call)] & faulted:
+                if ran_on[(thread, call)] & faulted:
+                    continue
+                if self.scenario in ("partition", "kill9"):
                     self.unknown_false += 1
+                elif self.scenario == "slow":
+                    self.unknown_blocked += 1
             else:
                 self.unknown_unrun += 1
         spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -156,6 +191,8 @@ class Verdict:
                 spans[key[0]].append((starts[key], commits[key]))
                 if worker[key] == self.victim and starts[key] >= self.healed_at:
                     self.rejoined += 1
+                elif worker[key] == self.victim and ended[key] > self.fault_at:
+                    self.during_s.append(ended[key] - starts[key])
         # the victim's slices open at the fault (never committed): when did another take over?
         for key, start in starts.items():
             if worker[key] == self.victim and key not in done and start <= self.fault_at + 0.5:

@@ -68,7 +68,10 @@ def script(request: ModelRequest) -> ModelReply:
     last = request.messages[-1]
     if last.role == "tool":
         return ModelReply(text=f"done: {last.content[:40]}")
-    turn = int(last.content.split()[2])
+    words = last.content.split()
+    if len(words) < 3 or not words[2].isdigit():  # a compaction request: summarise
+        return ModelReply(text="summary: turns of lookups and charges")
+    turn = int(words[2])
     name = "charge" if turn % 2 else "lookup"
     arguments: dict[str, Any] = {"amount": turn} if turn % 2 else {"q": f"item {turn}"}
     return ModelReply(

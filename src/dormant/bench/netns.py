@@ -11,9 +11,11 @@ Faults on a link:
 * :meth:`Net.cut` / :meth:`Net.heal`: the host's outer veth end down/up. Packets are
   dropped, not refused: TCP connections stall (as across a real partition) and resume
   on heal if their peer still has them.
-* ``tc netem`` (delay, loss) needs the ``sch_netem`` kernel module; :func:`netem_available`
-  says whether this kernel has it (the harness reports the lossy-link scenario as not
-  run when it does not).
+* :meth:`Net.limit` / :meth:`Net.unlimit`: a ``tbf`` bandwidth cap on the host's side of
+  its link (egress of its ``eth0``).
+* ``tc netem`` (delay, loss) needs the ``sch_netem`` kernel module, which some kernels lack
+  (:func:`netem_available` probes it); the slow/lossy link is emulated in userspace
+  instead, by :mod:`dormant.bench.netem` (a delaying proxy on the host).
 
 Needs ``CAP_NET_ADMIN`` (root); :func:`available` says why not, when not.
 """
@@ -174,6 +176,23 @@ class Net:
     def heal(self, name: str) -> None:
         """Undo :meth:`cut`."""
         _ip("link", "set", self.outer(name), "up")
+
+    def limit(self, name: str, rate: str, burst: str = "32kb", latency: str = "400ms") -> None:
+        """Cap what host ``name`` sends at ``rate`` (``tc`` units: ``1mbit``) with ``tbf``."""
+        subprocess.run(
+            [*self.exec_args(name), "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
+             "rate", rate, "burst", burst, "latency", latency],
+            capture_output=True, text=True, check=True, timeout=10,
+        )  # fmt: skip
+
+    def unlimit(self, name: str) -> None:
+        """Undo :meth:`limit` (errors ignored: there may be none)."""
+        subprocess.run(
+            [*self.exec_args(name), "tc", "qdisc", "del", "dev", "eth0", "root"],
+            capture_output=True,
+            check=False,
+            timeout=10,
+        )
 
     def close(self) -> None:
         """Delete every link and namespace made (idempotent; errors ignored)."""

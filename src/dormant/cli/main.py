@@ -460,7 +460,9 @@ def doctor(
     quick: Annotated[
         bool,
         typer.Option(
-            "--quick", envvar="DORMANT_DOCTOR_QUICK", help="quick_check instead of the full integrity check."
+            "--quick",
+            envvar="DORMANT_DOCTOR_QUICK",
+            help="SQLite: quick_check instead of the full integrity check; PostgreSQL: no amcheck.",
         ),
     ] = False,
     stuck_after: Annotated[
@@ -476,8 +478,9 @@ def doctor(
         bool, typer.Option("--json", envvar="DORMANT_JSON", help="Print machine-readable JSON.")
     ] = False,
 ) -> None:
-    """Check a store: integrity, schema, WAL size, expired leases, stuck or dead outbox entries,
-    failed threads. Read-only. Exit 0 healthy, 3 warnings, 1 damaged or broken."""
+    """Check a store: integrity (amcheck on PostgreSQL), schema, WAL size, expired leases and
+    silent workers, stuck or dead outbox entries, failed threads, replication. Read-only.
+    Exit 0 healthy, 3 warnings, 1 damaged or broken."""
     from ..ops.doctor import diagnose, render
 
     try:

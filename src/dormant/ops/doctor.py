@@ -2,15 +2,18 @@
 
 :func:`diagnose` reads a store's facts (for SQLite, :mod:`dormant.store.sqlite.doctor`,
 which opens the file read-only and never through the store, so a damaged file can
-still be examined) and judges them into :class:`Finding` rows, each with a level:
+still be examined; for PostgreSQL, :mod:`dormant.store.postgres.doctor`, a plain
+read-only connection) and judges them into :class:`Finding` rows, each with a level:
 
 * ``ok`` / ``info`` — nothing to do;
 * ``warn`` — needs attention but breaks no rule: leases of a dead worker not yet
   taken over, work nobody ran for a while (no worker running?), failed threads
-  waiting for ``dormant retry``, a WAL that keeps growing;
+  waiting for ``dormant retry``, a WAL that keeps growing, a standby far behind;
 * ``fail`` — the store is damaged or a correctness rule is broken: integrity
-  errors, an unknown schema version, a dead-lettered or unknown call whose result
-  never reached its thread, a thread waiting for a result that cannot come.
+  errors (``amcheck`` on PostgreSQL), an unknown schema version, a dead-lettered or
+  unknown call whose result never reached its thread, a thread waiting for a result
+  that cannot come, a server that cannot be reached, synchronous replication with no
+  standby streaming.
 
 :attr:`Report.exit_code` is 0 when healthy, 3 with warnings only, 1 with any failure.
 :func:`failed_threads` pages through failed threads on any backend (``dormant threads
@@ -62,10 +65,12 @@ def diagnose(
     url: str, *, quick: bool = False, stuck_after_s: float = 300.0, now: float | None = None
 ) -> Report:
     """Examine the store at ``url`` without changing it (nor opening it: a damaged
-    database can still be examined); its backend decides what to read and judge.
+    database can still be examined); its backend decides what to read and judge
+    (SQLite: the file, read-only; PostgreSQL: a plain read-only connection, the
+    server's clock; an unreachable server is a ``connect`` failure in the report).
 
     Raises :class:`UsageError` for a store doctor cannot examine (``memory://`` keeps
-    nothing to examine; PostgreSQL is not supported yet) or a SQLite file that does not exist.
+    nothing to examine) or a SQLite file that does not exist.
     """
     from ..store import open_store
 

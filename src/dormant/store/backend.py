@@ -379,9 +379,7 @@ class BackendDefaults:
     def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
         """No doctor for this backend."""
         scheme = self.url.split(":", 1)[0]
-        raise UsageError(
-            f"dormant doctor examines SQLite stores (sqlite:///path.db) only, not {scheme}:// stores"
-        )
+        raise UsageError(f"dormant doctor examines SQLite and PostgreSQL stores, not {scheme}:// stores")
 
     async def release_caches(self) -> int:
         """Nothing cached in this process (a server keeps its own caches): 0."""

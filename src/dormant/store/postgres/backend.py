@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import psycopg
@@ -43,6 +43,9 @@ from .retention import PgRetention
 from .schema import migrate_schema
 from .tenants import PgTenants
 from .writer import NOTIFY_OUTBOX, NOTIFY_THREADS, Job, Writer, WriterLimits, channels
+
+if TYPE_CHECKING:
+    from ..health import Report
 
 log = logging.getLogger("dormant.store.postgres")
 
@@ -220,6 +223,13 @@ class PostgresBackend(BackendDefaults):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+    def diagnose(self, *, quick: bool, now: float, stuck_after_s: float) -> Report:
+        """``dormant doctor``: read-only, through a plain connection (no pool, no migration);
+        times are the server's clock, as the leases are (``now`` is not used)."""
+        from .judge import diagnose
+
+        return diagnose(self.url, quick=quick, stuck_after_s=stuck_after_s, dead_after_s=self.dead_after_s)
 
     def subscribe(self, callback: Callable[[str], None]) -> bool:
         """Call ``callback("threads")`` / ``callback("outbox")`` when another process
