@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 from hypothesis import given, settings
@@ -182,7 +183,7 @@ async def test_a_blob_released_after_the_view_was_built_is_sent_as_a_short_text(
             raise NotFound("gone")
         return b"\x89PNG"
 
-    messages = [
+    messages: list[dict[str, Any]] = [
         {
             "role": "user",
             "content": content_parts(
