@@ -275,6 +275,9 @@ class Settings(BaseModel):
     )
     retention_tool_calls: int = Field(200, ge=1, description="newest tool results per thread kept whole")
     retention_head_chars: int = Field(512, ge=0, description="characters an older tool result keeps")
+    retention_parts: int = Field(
+        50, ge=1, description="newest images and files per thread kept whole (older: their facts and text)"
+    )
     retention_full_runs: int = Field(5, ge=1, description="newest runs keeping every state change")
     retention_metric_runs: int = Field(
         20, ge=0, description="runs before those keeping the last change of each key per run"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -93,3 +94,44 @@ async def test_a_refused_part_writes_nothing(tmp_path: Path) -> None:
     conn = apsw.Connection(str(db))
     assert conn.execute("SELECT count(*) FROM threads").fetchone() == (0,)
     conn.close()
+
+
+async def test_a_full_view_sends_its_oldest_image_as_text_and_keeps_its_text(
+    tmp_path: Path, server: ScriptServer
+) -> None:
+    """Through the runtime (store, view cache, slice): once the thread no longer fits the
+    window with its old photo, the photo goes as its placeholder while its message's text
+    (and every note after it) stays; before, it went as an image."""
+    model = OpenAIChatModel(
+        model="v",
+        base_url=server.base_url,
+        max_retries=0,
+        dialect="vision",
+        context_window=4000,
+        max_output_tokens=200,
+    )
+    agent = Agent(name="v", model=model, builtins=False)
+    server.script(*(text_reply("ok") for _ in range(60)))
+
+    def parcel(messages: list[dict[str, Any]]) -> list[Any] | None:
+        found = [m["content"] for m in messages if "the parcel as it came" in str(m["content"])]
+        return found[0] if found else None
+
+    async with Runtime(
+        f"sqlite:///{tmp_path / 'd.db'}", [agent], settings=fast_settings(compaction_share=0.0)
+    ) as rt:
+        await rt.send("t", parts=[Text("the parcel as it came"), Image(png(1024, 768), name="parcel.png")])
+        await rt.run_until_idle(timeout=20)
+        shown: list[Any] | None = parcel(server.received[-1].body["messages"])
+        assert shown is not None and shown[1]["type"] == "image_url"
+        notes = 0
+        while shown is not None and shown[1]["type"] == "image_url" and notes < 50:
+            await rt.send("t", f"note {notes}: " + "word " * 100)
+            await rt.run_until_idle(timeout=20)
+            notes += 1
+            shown = parcel(messages := server.received[-1].body["messages"])
+    assert shown == [
+        {"type": "text", "text": "the parcel as it came"},
+        {"type": "text", "text": "[image: parcel.png, 1024\N{MULTIPLICATION SIGN}768, no text]"},
+    ], "the photo's message stays, its photo as text"
+    assert sum("note " in str(m["content"]) for m in messages) == notes  # no note left out

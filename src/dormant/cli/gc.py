@@ -52,6 +52,8 @@ def gc(
     only dedup keys past their horizon (7 days) are forgotten.
 
     With --policy long-run, every tier: old tool results cut to an excerpt,
+    old images and files kept as their facts and text (blobs nothing refers
+    to any more deleted),
     old runs of history that a summary covers deleted (the thread's history
     then says so), old state folded, superseded summaries nothing reads
     deleted. Counts: the DORMANT_RETENTION_... variables; horizon:
@@ -68,7 +70,7 @@ def gc(
     checkpoints = CheckpointPolicy.from_settings(settings)
 
     async def go() -> None:
-        threads = shrunk = deleted = summaries = written = 0
+        threads = shrunk = deleted = summaries = written = demoted = 0
         async with opened_store(settings) as st:
             while True:  # passes over every thread, until one changes nothing
                 sizes = await st.retention_sizes() if policy.budget_bytes else None
@@ -77,10 +79,11 @@ def gc(
                 while True:
                     done = await gc_round(st, policy, checkpoints, time.time(), cursor, sizes=sizes)
                     threads += done.threads
-                    changed += done.shrunk + done.deleted + done.summaries
+                    changed += done.shrunk + done.deleted + done.summaries + done.demoted
                     shrunk += done.shrunk
                     deleted += done.deleted
                     summaries += done.summaries
+                    demoted += done.demoted
                     written += done.checkpoints
                     cursor = done.cursor
                     if cursor is None:
@@ -89,6 +92,7 @@ def gc(
                     break
         out.print(
             f"gc ({policy.name}): {threads} thread visit(s), {shrunk} tool result(s) cut, "
+            f"{demoted} message(s) with images or files kept as their facts and text, "
             f"{deleted} row(s) deleted, "
             f"{summaries} superseded summary(ies) deleted, {written} checkpoint(s) written"
         )

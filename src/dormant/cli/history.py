@@ -244,7 +244,7 @@ def message_text(message: Message, *, max_chars: int, show_time: bool = True) ->
         text.append(
             f"  [{part.kind}: {part.name or 'unnamed'}, {part.media_type}, {part.size:,} bytes{size}]"
         )
-        text.append(f"  {part.ref}\n", style="dim")
+        text.append(f"  {part.ref or '(its bytes no longer kept: facts and text only)'}\n", style="dim")
     for call in message.tool_calls:
         text.append(f"  → {call.name}({clip(call.arguments, max_chars)})", style="yellow")
         text.append(f"  [{call.id}]\n", style="dim")

@@ -18,6 +18,9 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import msgspec
+
+from ..errors import NotFound
 from ..records import BlobRef, Message, Part
 
 #: The tokens an image costs at ``low`` detail, and the base of ``high``.
@@ -46,10 +49,14 @@ def image_tokens(width: int, height: int, detail: str = "auto") -> int:
 def parts_tokens(parts: tuple[Part, ...], count: Callable[[str], int]) -> int:
     """Tokens a message's parts cost, whichever way the model is sent them: each image
     at ``high`` detail plus its placeholder, each file its whole text plus its
-    placeholder (an upper bound of either rendering). ``count`` counts a text's tokens."""
+    placeholder (an upper bound of either rendering). ``count`` counts a text's tokens.
+    A part that is no longer whole (:attr:`~dormant.records.Part.whole`) is shown as its
+    placeholder alone, and costs that."""
     total = 0
     for part in parts:
         total += count(placeholder(part)) + 8  # 8: a content part's framing
+        if not part.ref:
+            continue
         if part.kind == "image":
             total += image_tokens(part.width, part.height, "high")
         elif part.text:
@@ -67,6 +74,16 @@ def placeholder(part: Part) -> str:
     return f"{head}\n{text}" if text else head
 
 
+def demoted(message: Message) -> Message:
+    """``message`` with its parts as their facts and text only (their references dropped,
+    its stored count with them: an image no longer costs its tiles). ``message`` itself
+    when none of its parts is whole."""
+    if not any(p.ref for p in message.parts):
+        return message
+    parts = tuple(msgspec.structs.replace(p, ref="") if p.ref else p for p in message.parts)
+    return msgspec.structs.replace(message, parts=parts, tokens=0)
+
+
 def text_of(message: Message) -> str:
     """A message's text with its parts as placeholders: what a text-only model reads."""
     if not message.parts:
@@ -79,7 +96,9 @@ def content_parts(message: Message, detail: str, files: bool) -> list[dict[str, 
     ``url`` until :func:`resolve` puts the bytes in."""
     out: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
     for part in message.parts:
-        if part.kind == "image":
+        if not part.ref:  # its facts and text only
+            out.append({"type": "text", "text": placeholder(part)})
+        elif part.kind == "image":
             out.append({"type": "image_url", "image_url": {"url": part.ref, "detail": detail}})
         elif files and part.media_type == "application/pdf":
             out.append({"type": "file", "file": {"filename": part.name or "file.pdf", "file_data": part.ref}})
@@ -123,7 +142,9 @@ async def read_whole(source: BlobSource, thread_id: str, ref: str) -> bytes:
 
 async def resolve(messages: list[dict[str, Any]], media: dict[str, str], fetch: BlobFetch) -> None:
     """Put the bytes of each referenced blob into ``messages`` as data URIs, in place.
-    ``media`` maps a reference to its media type."""
+    ``media`` maps a reference to its media type. A blob the thread no longer refers to
+    (retention released it after the view was built: NotFound) is sent as a short text
+    instead, which costs less than the image or file the budget counted."""
     for message in messages:
         content = message.get("content")
         if not isinstance(content, list):
@@ -136,7 +157,12 @@ async def resolve(messages: list[dict[str, Any]], media: dict[str, str], fetch: 
             if not holder or not str(holder.get(key, "")).startswith("sha256:"):
                 continue
             ref = holder[key]
-            data = await fetch(ref)
+            try:
+                data = await fetch(ref)
+            except NotFound:
+                item.clear()
+                item.update(type="text", text="[no longer kept]")
+                continue
             holder[key] = (
                 f"data:{media.get(ref, 'application/octet-stream')};base64,{base64.b64encode(data).decode()}"
             )

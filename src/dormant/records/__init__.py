@@ -84,16 +84,24 @@ class Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     they are sent; ``media_type`` was sniffed from the bytes, never taken from the client.
     ``text`` is what a model that cannot see the part is shown (alt text, a caption, a
     PDF's extracted text), None when there is none. See :mod:`dormant.parts`.
+
+    ``ref`` is empty when the bytes are no longer shown: a retention policy kept an old
+    part as its facts and text only (:attr:`whole` False), or a full view shows it so.
     """
 
     kind: Literal["image", "file"]
-    ref: str
     media_type: str
     size: int
+    ref: str = ""
     width: int = 0
     height: int = 0
     name: str | None = None
     text: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        """Whether the part still refers to its bytes (else it is its facts and text only)."""
+        return bool(self.ref)
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True):

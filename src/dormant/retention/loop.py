@@ -60,6 +60,7 @@ class RetentionLoop:
         self.shrunk = 0
         self.deleted = 0
         self.summaries = 0
+        self.demoted = 0
         self.checkpoints_written = 0
         self.failures = 0
 
@@ -115,8 +116,9 @@ class RetentionLoop:
         self.shrunk += done.shrunk
         self.deleted += done.deleted
         self.summaries += done.summaries
+        self.demoted += done.demoted
         self.checkpoints_written += done.checkpoints
-        if done.shrunk or done.deleted or done.summaries or done.checkpoints:
+        if done.shrunk or done.deleted or done.summaries or done.checkpoints or done.demoted:
             log.info(
                 "retention_round",
                 extra={
@@ -124,6 +126,7 @@ class RetentionLoop:
                     "shrunk": done.shrunk,
                     "deleted": done.deleted,
                     "summaries": done.summaries,
+                    "demoted": done.demoted,
                     "checkpoints": done.checkpoints,
                 },
             )

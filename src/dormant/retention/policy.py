@@ -17,6 +17,12 @@ that run for hours, applies every tier, per thread:
   plus a note, and the thread stops referring to their blob, which is collected
   once no thread refers to it. The message stays, so every assistant tool call
   keeps exactly one result (correctness rule 5).
+- **images and files** (content parts): the newest 50 of a thread stay whole; an
+  older message keeps each part's facts (kind, media type, size, width and height,
+  name) and text (alt text, a caption, extracted or OCR text) but no longer refers to
+  its blob, so views show it as its placeholder and ``show`` / ``export`` as its
+  facts; the blob is collected once no message, input or whole tool result of any
+  thread refers to it (the same photo sent to another thread keeps it).
 - **state** (the state journal, by run): the newest 5 runs keep every change
   record; the 20 runs before keep only the last change of each key per run (their
   key figures: the state at every run's end); older change records are folded into
@@ -72,6 +78,8 @@ NOTE = RETENTION_NOTE
 FULL_TOOL_CALLS = 200
 #: Default: characters an older tool result keeps.
 HEAD_CHARS = 512
+#: Default: the newest images and files of a thread kept whole.
+FULL_PARTS = 50
 #: Default: the newest runs of a thread whose state (every change record) is kept.
 FULL_RUNS = 5
 #: Default: the runs before those whose state keeps its key figures only.
@@ -93,8 +101,9 @@ class RetentionPolicy:
     """What retention keeps and how much one round may do.
 
     The default, ``RetentionPolicy()`` (:data:`KEEP`), deletes and cuts nothing: every
-    tier switch (``tool_results``, ``history``, ``summaries``, ``journal``) is off, and
-    only dedup keys past their horizon are forgotten. :data:`LONG_RUN` turns every tier
+    tier switch (``tool_results``, ``history``, ``summaries``, ``journal``, ``parts``) is off, and
+    only dedup keys past their horizon are forgotten (``parts`` too is off: images and
+    files stay whole). :data:`LONG_RUN` turns every tier
     on with the counts below; ``dataclasses.replace`` a policy to tune one. ``name`` is
     what a thread's retention mark records."""
 
@@ -110,10 +119,16 @@ class RetentionPolicy:
     #: fold old state change records into checkpoints (exact time travel only in the
     #: newest ``full_runs``)
     journal: bool = False
+    #: keep images and files older than the newest ``full_parts`` as their facts and
+    #: text only (their blobs collected once nothing refers to them)
+    parts: bool = False
     #: the newest tool results of a thread kept whole
     full_tool_calls: int = FULL_TOOL_CALLS
     #: characters an older tool result keeps (an excerpt's header names its blob)
     head_chars: int = HEAD_CHARS
+    #: the newest images and files of a thread kept whole (at least: a message's parts
+    #: go together)
+    full_parts: int = FULL_PARTS
     #: the newest runs of a thread keeping every state change record
     full_runs: int = FULL_RUNS
     #: the runs before those keeping the last change of each key per run
@@ -135,7 +150,7 @@ class RetentionPolicy:
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 64:
             raise ValueError("a retention policy is named by 1 to 64 characters")
-        counts = (self.full_tool_calls, self.full_runs, self.keep_summaries)
+        counts = (self.full_tool_calls, self.full_runs, self.keep_summaries, self.full_parts)
         if min(*counts, self.per_round, self.threads_per_round) < 1:
             raise ValueError("retention counts must be >= 1")
         if self.head_chars < 0 or self.metric_runs < 0 or self.budget_bytes < 0:
@@ -146,7 +161,7 @@ class RetentionPolicy:
     @property
     def prunes(self) -> bool:
         """Whether this policy deletes or cuts anything but dedup keys."""
-        return self.tool_results or self.history or self.summaries or self.journal
+        return self.tool_results or self.history or self.summaries or self.journal or self.parts
 
     @classmethod
     def named(cls, name: str) -> RetentionPolicy:
@@ -182,6 +197,7 @@ class RetentionPolicy:
             base,
             full_tool_calls=settings.retention_tool_calls,
             head_chars=settings.retention_head_chars,
+            full_parts=settings.retention_parts,
             full_runs=settings.retention_full_runs,
             metric_runs=settings.retention_metric_runs,
             keep_summaries=settings.retention_summaries,
@@ -195,7 +211,7 @@ class RetentionPolicy:
 KEEP: Final = RetentionPolicy()
 #: Every tier on (docs/retention.md), for autonomous agents that run for hours.
 LONG_RUN: Final = RetentionPolicy(
-    name="long-run", tool_results=True, history=True, summaries=True, journal=True
+    name="long-run", tool_results=True, history=True, summaries=True, journal=True, parts=True
 )
 
 
@@ -205,6 +221,7 @@ class Strictness:
     over its share of the budget, tighter counts for the tiers that are."""
 
     keep_tool_calls: int
+    keep_parts: int
     history_runs: int
     full_runs: int
     metric_runs: int
@@ -215,6 +232,7 @@ def strictness(policy: RetentionPolicy, sizes: TierSizes | None) -> Strictness:
     over it is (at least 1 kept), so its oldest entries go first."""
     plain = Strictness(
         keep_tool_calls=policy.full_tool_calls,
+        keep_parts=policy.full_parts,
         history_runs=policy.full_runs + policy.metric_runs,
         full_runs=policy.full_runs,
         metric_runs=policy.metric_runs,
@@ -231,6 +249,7 @@ def strictness(policy: RetentionPolicy, sizes: TierSizes | None) -> Strictness:
     journal_runs = scaled(plain.full_runs + plain.metric_runs, sizes.journal)
     return Strictness(
         keep_tool_calls=scaled(plain.keep_tool_calls, tools),
+        keep_parts=scaled(plain.keep_parts, sizes.blobs),
         history_runs=scaled(plain.history_runs, history),
         full_runs=min(plain.full_runs, journal_runs),
         metric_runs=max(0, journal_runs - min(plain.full_runs, journal_runs)),
@@ -258,6 +277,8 @@ class GcRound:
     deleted: int = 0
     #: superseded compaction summaries deleted
     summaries: int = 0
+    #: messages whose images and files were kept as their facts and text only
+    demoted: int = 0
 
 
 async def gc_round(
@@ -285,7 +306,7 @@ async def gc_round(
     if cursor is None:
         deleted += await store.prune_dedup_keys(before=now - policy.dedup_horizon_s, limit=policy.per_round)
     page = await store.list_threads(cursor=cursor, limit=policy.threads_per_round)
-    shrunk = written = summaries = 0
+    shrunk = written = summaries = demoted = 0
     forced = (
         dataclasses.replace(checkpoints, incremental_runs=1, incremental_s=1e-9)
         if checkpoints is not None and force_checkpoints
@@ -301,6 +322,8 @@ async def gc_round(
                 shrunk += await store.shrink_tool_results(
                     thread.id, keep=strict.keep_tool_calls, head_chars=mine.head_chars, limit=mine.per_round
                 )
+            if mine.parts:
+                demoted += await store.demote_parts(thread.id, keep=strict.keep_parts, limit=mine.per_round)
             if mine.history:
                 deleted += await store.prune_history(
                     thread.id,
@@ -331,4 +354,5 @@ async def gc_round(
         checkpoints=written,
         deleted=deleted,
         summaries=summaries,
+        demoted=demoted,
     )

@@ -342,6 +342,13 @@ class Store(Protocol):
         refers to any more are collected); how many."""
         ...
 
+    async def demote_parts(self, thread_id: str, *, keep: int, limit: int) -> int:
+        """Retention: keep at most ``limit`` messages' images and files older than the
+        thread's ``keep`` newest parts as their facts and text only (their blob
+        references dropped; blobs no message, input or whole tool result of any thread
+        refers to any more are collected); how many messages."""
+        ...
+
     async def prune_history(
         self, thread_id: str, *, keep_runs: int, keep_tool_calls: int, limit: int, policy: str = "long-run"
     ) -> int:

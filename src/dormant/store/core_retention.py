@@ -22,8 +22,8 @@ RETENTION_NOTE = "\n[… older tool output cut by retention: only its head is ke
 
 
 class RetentionRules:
-    """Cut tool results, pruned runs (and the retention mark) and dedup keys, superseded
-    summaries, tier sizes."""
+    """Cut tool results, parts kept as facts and text, pruned runs (and the retention
+    mark) and dedup keys, superseded summaries, tier sizes."""
 
     if TYPE_CHECKING:
         backend: Backend
@@ -43,6 +43,20 @@ class RetentionRules:
         if cut:
             self.views.discard(thread_id)
         return cut
+
+    async def demote_parts(self, thread_id: str, *, keep: int, limit: int) -> int:
+        """Keep the images and files of a thread's messages older than its ``keep``
+        newest parts as their facts and text only (see :meth:`Backend.demote_parts`):
+        a message keeps each part's kind, media type, size, width and height, name and
+        text, and loses its blob reference, so views, ``show`` and ``export`` show the
+        facts and the text; a blob nothing refers to any more is collected. How many
+        messages changed; their thread's cached views go."""
+        if keep < 1 or limit < 1:
+            raise UsageError("keep and limit must be >= 1")
+        changed = await self.backend.retention.demote_parts(thread_id, keep, RETENTION_NOTE, limit)
+        if changed:
+            self.views.discard(thread_id)
+        return changed
 
     async def prune_dedup_keys(self, *, before: float, limit: int) -> int:
         """Forget up to ``limit`` dedup keys admitted before ``before`` (their inputs

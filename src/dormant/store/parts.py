@@ -77,8 +77,20 @@ class RetentionRows(Protocol):
         ``head_chars`` characters followed by ``note`` (token count cleared: views
         estimate it); messages already that short are left. The messages stay (every
         call keeps its one result). The thread's refs to blobs that a cut result showed
-        and no whole one still shows are dropped, and the blobs no thread refers to any
-        more deleted. One transaction; how many were cut."""
+        and no whole one (nor a part of a message or input of the thread) still shows
+        are dropped, and the blobs no thread refers to any more deleted. One
+        transaction; how many were cut."""
+        ...
+
+    async def demote_parts(self, thread_id: str, keep: int, note: str, limit: int) -> int:
+        """Drop the blob reference of every part (image or file) of at most ``limit``
+        messages of a thread, oldest first, among those older than the message holding
+        its ``keep``-th (>= 1) newest part, that still have a part with one; the parts
+        keep their facts and text, the message's token count is cleared (views count it
+        again). Then the thread's refs to those blobs that no message or input of the
+        thread still refers to (by a part, or a whole tool result showing it: ``note``
+        is what a cut one ends with) are dropped, and the blobs no thread refers to any
+        more deleted. One transaction; how many messages changed."""
         ...
 
     async def prune_history(
@@ -90,7 +102,8 @@ class RetentionRows(Protocol):
         oldest if it has fewer) and covered by its summary (seq <= ``summary_seq``);
         nothing in a thread that has children. Whole runs at a
         time, as many as fit in ``limit`` messages (at least one), so no call is parted
-        from its result. Blob refs are released as by :meth:`shrink_tool_results`
+        from its result. Blob refs of the deleted messages (shown by their tool results
+        or held by their parts) are released as by :meth:`shrink_tool_results`
         (``note``: what a cut result ends with). In the same transaction the thread's
         retention mark adds them (up to the seq before the first one kept, under
         ``policy``). One transaction; how many were deleted."""

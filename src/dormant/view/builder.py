@@ -12,7 +12,17 @@ results are kept or dropped together.
 
 A single message over a quarter of the token or byte budget (and over 256 tokens or
 1 KiB) is shown clipped: its head and tail with a note of how much was cut from the
-middle. The stored message is unchanged.
+middle; one that is that large with its images and files shows them as their text and
+facts first. The stored message is unchanged.
+
+Old images and files leave before text of their age does: once a view is full (a
+message does not fit its token or byte budget), the messages older than the newest
+half of the budget (:func:`protected`) show their parts as text and facts
+(:func:`dormant.parts.render.demoted`: the placeholder a text-only model reads), and
+the walk goes on with older messages shown so. What such a view counts of a demoted
+message is never stored as its count. Extending a view (:func:`extend_view`) follows
+the same rule; a cached view is extended only where that gives the view a rebuild
+would, else it is built afresh (:func:`_extend`'s third value).
 
 Tokens are added up only when the limits count them (:attr:`ViewLimits.counts_tokens`):
 when four times the byte cap fits the token budget, the byte cap alone keeps every
@@ -32,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
-from ..parts.render import parts_tokens
+from ..parts.render import demoted, parts_tokens
 from ..records import Message, SliceLoad, Summary, Thread, ViewLimits
 from ..tokens import DEFAULT_ENCODING, count_message, count_text
 from .budget import utf8_len
@@ -52,6 +62,9 @@ MESSAGE_OVERHEAD = 224
 CLIP_SHARE = 4
 MIN_CLIP_TOKENS = 256
 MIN_CLIP_BYTES = 1024
+#: The newest messages within 1/WHOLE_SHARE of a view's token and byte budget keep their
+#: images and files whole; once the view is full, older ones show them as text and facts.
+WHOLE_SHARE = 2
 #: Characters per token assumed when sizing a read from the byte budget (English text
 #: averages about 4; fewer means one more read, more means reading a little past).
 BYTES_PER_TOKEN_GUESS = 4
@@ -138,7 +151,9 @@ def clip(message: Message, limits: ViewLimits) -> Message:
             return message
     elif message_bytes(message) <= max_bytes:
         return message
-    if message.parts:  # too large with its images and files: shown without them, said so
+    if any(p.ref for p in message.parts):  # too large with its images and files: shown as their text
+        return clip(demoted(message), limits)
+    if message.parts:  # too large even so: shown without them, said so
         note = f"[{len(message.parts)} image(s) or file(s) of this message left out of the view]"
         content = f"{message.content}\n{note}" if message.content else note
         return clip(msgspec.structs.replace(message, content=content, parts=(), tokens=0), limits)
@@ -265,6 +280,7 @@ def build_view(
     thread_id: str | None = thread.id
     max_seq = thread.last_seq
     full = False
+    demoting = False  # the view is full: older messages show their parts as text and facts
     while thread_id is not None and not full:
         floor = summary.upto_seq if summary is not None and summary.thread_id == thread_id else 0
         while max_seq > floor and not full:
@@ -281,7 +297,11 @@ def build_view(
             for message in fetch(thread_id, max_seq, floor, limit):
                 got += 1
                 max_seq = message.seq - 1
-                shown, b, t = _shown(message, limits, counting, clip_at, clip_at_tokens)
+                source = demoted(message) if demoting else message
+                shown, b, t = _shown(source, limits, counting, clip_at, clip_at_tokens)
+                if counting and source is not message:  # counted now: never stored as its count
+                    shown = with_count(shown, limits.encoding)
+                    t = shown.tokens
                 if (
                     counting
                     and tokens + t > limits.max_tokens
@@ -305,10 +325,26 @@ def build_view(
                     and shown.tokens
                     and not message.tokens
                     and shown.content == message.content
+                    and shown.parts is message.parts
                 ):
                     made[(thread_id, message.seq)] = shown.tokens
                 read_tokens += t
                 read_bytes += b
+                if (
+                    len(picked) < limits.max_messages
+                    and not demoting
+                    and (tokens + t > limits.max_tokens or size + b > limits.max_bytes)
+                ):
+                    # full: old images and files leave before text of their age does
+                    demoting = True
+                    freed = _demote_old(picked, loose, limits)
+                    tokens, size = tokens - freed[0], size - freed[1]
+                    source = demoted(message)
+                    if source is not message:
+                        shown, b, t = _shown(source, limits, counting, clip_at, clip_at_tokens)
+                        if counting:
+                            shown = with_count(shown, limits.encoding)
+                            t = shown.tokens
                 if (
                     len(picked) >= limits.max_messages
                     or tokens + t > limits.max_tokens
@@ -351,6 +387,48 @@ def build_view(
 
 def _stored(message: Message) -> int:
     return message.tokens
+
+
+def protected(messages: Sequence[Message], limits: ViewLimits) -> int:
+    """How many of the newest of ``messages`` (oldest first) keep their images and files
+    whole however full the view is: those within 1/:data:`WHOLE_SHARE` of the token and
+    byte budget (at least the newest one)."""
+    weigh = cost if limits.counts_tokens else _stored
+    max_tokens, max_bytes = limits.max_tokens // WHOLE_SHARE, limits.max_bytes // WHOLE_SHARE
+    tokens = size = kept = 0
+    for m in reversed(messages):
+        tokens += weigh(m)
+        size += message_bytes(m)
+        if kept and (tokens > max_tokens or size > max_bytes):
+            break
+        kept += 1
+    return kept
+
+
+def _demote_old(picked: list[Message], loose: list[int], limits: ViewLimits) -> tuple[int, int, int]:
+    """Show the parts of the messages in ``picked`` (newest first) older than the
+    :func:`protected` ones as their text and facts, in place; the (tokens, bytes) that
+    freed and how many messages changed. A demoted message is counted at once (when the
+    limits count): its stored count priced its images, and what the view counts of it is
+    never stored."""
+    counting = limits.counts_tokens
+    weigh = cost if counting else _stored
+    keep = protected(picked[::-1], limits)
+    freed_tokens = freed_bytes = changed = 0
+    for i in range(keep, len(picked)):
+        m = picked[i]
+        d = demoted(m)
+        if d is m:
+            continue
+        if counting:
+            d = with_count(d, limits.encoding)
+            if i in loose:
+                loose.remove(i)
+        freed_tokens += weigh(m) - weigh(d)
+        freed_bytes += message_bytes(m) - message_bytes(d)
+        picked[i] = d
+        changed += 1
+    return freed_tokens, freed_bytes, changed
 
 
 def _tighten(messages: list[Message], loose: list[int], encoding: str) -> int:
@@ -408,8 +486,9 @@ def _extend(
     limits: ViewLimits,
     summary: Summary | None,
     usage: tuple[int, int],
-) -> tuple[tuple[Message, ...], tuple[int, int]]:
-    """:func:`extend_view` plus the (tokens, bytes) of the result, given those of ``view``."""
+) -> tuple[tuple[Message, ...], tuple[int, int], bool]:
+    """:func:`extend_view` plus the (tokens, bytes) of the result, given those of ``view``,
+    and whether the result is what :func:`build_view` gives (False: a cache rebuilds it)."""
     combined = list(view)
     counting = limits.counts_tokens
     extra = summary_cost(summary, limits)
@@ -429,6 +508,13 @@ def _extend(
         exact = summary_tokens(summary, limits)
         tokens += exact - extra
         extra = exact
+    demoting = False
+    if tokens > limits.max_tokens or size > limits.max_bytes:
+        # full: old images and files leave before text of their age does
+        picked = combined[::-1]
+        freed = _demote_old(picked, [], limits)
+        combined = picked[::-1]
+        tokens, size, demoting = tokens - freed[0], size - freed[1], freed[2] > 0
     start = 0
     while start < len(combined) and (
         len(combined) - start > limits.max_messages or tokens > limits.max_tokens or size > limits.max_bytes
@@ -440,4 +526,9 @@ def _extend(
         tokens -= weigh(combined[start])
         size -= message_bytes(combined[start])
         start += 1
-    return tuple(combined[start:]), (tokens - extra, size - summary_bytes(summary))
+    out = tuple(combined[start:])
+    # a rebuild from the store would demote the same parts only if the view was full, and
+    # may then reach older messages than this one holds: exact only with no part to demote
+    keep = protected(out, limits)
+    exact = not demoting and not any(p.ref for m in out[: len(out) - keep] for p in m.parts)
+    return out, (tokens - extra, size - summary_bytes(summary)), exact

@@ -261,7 +261,10 @@ class ViewCache:
         if summarized or messages[0].seq != entry.last_seq + 1:
             self.discard(thread_id)
             return
-        view, usage = _extend(entry.view, messages, entry.limits, entry.summary, entry.usage)
+        view, usage, exact = _extend(entry.view, messages, entry.limits, entry.summary, entry.usage)
+        if not exact:  # images or files changed how they are shown: built afresh next time
+            self.discard(thread_id)
+            return
         inherited = max(0, entry.inherited - (len(entry.view) + len(messages) - len(view)))
         extended = _Entry(
             entry.born,

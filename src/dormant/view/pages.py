@@ -7,8 +7,10 @@ place and from configuration, what happens to each piece of it:
   keeps the newest ``keep`` share of the view, *weighted by information density*: a
   message costs its tokens divided by the density of its content class, so dense
   content (structured ticket data, 1.8) keeps its place longer than loose content
-  (OCR text, 0.3) in the same small window. Real tokens kept never pass half of the
-  compaction threshold, whatever the weights, so one compaction always makes room.
+  (OCR text, 0.3) in the same small window. The text of a message's images counts at
+  the ``ocr`` density (:meth:`PagePolicy.density`), the rest of it at its class's.
+  Real tokens kept never pass half of the compaction threshold, whatever the weights,
+  so one compaction always makes room.
   A single message over a quarter of the budget is shown head + tail
   (:func:`dormant.view.builder.clip`), whatever its class.
 * **summarized** — when what a thread wrote since its summary passes ``compact_at``
@@ -41,13 +43,16 @@ import msgspec
 
 from ..errors import UsageError
 from ..memory.facts import Fact
+from ..parts.render import PLACEHOLDER_TEXT_CHARS
 from ..records import Message, ViewLimits
+from .builder import message_bytes
 
 if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
     "DEFAULT_DENSITIES",
+    "OCR",
     "TEXT",
     "Keep",
     "PagePolicy",
@@ -55,9 +60,11 @@ __all__ = [
 
 #: The content class of anything not declared otherwise.
 TEXT: Final = "text"
+#: The content class of an image's text (alt text or OCR) in a message.
+OCR: Final = "ocr"
 #: Information density per content class (after the write-up: text 1.0, OCR text 0.3,
 #: structured ticket data 1.8).
-DEFAULT_DENSITIES: Final[Mapping[str, float]] = MappingProxyType({TEXT: 1.0, "ocr": 0.3, "structured": 1.8})
+DEFAULT_DENSITIES: Final[Mapping[str, float]] = MappingProxyType({TEXT: 1.0, OCR: 0.3, "structured": 1.8})
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +144,23 @@ class PagePolicy:
         return TEXT
 
     def density(self, message: Message) -> float:
-        """The information density of ``message``'s content class."""
-        return self.densities[self.kind_of(message)]
+        """The information density of ``message``: its content class's; for a message
+        with images, the harmonic mean of that and :data:`OCR`'s (the images' text: alt
+        text or OCR), weighted by their shares of its size, so that its weighed cost is
+        each share's cost over its own density."""
+        own = self.densities[self.kind_of(message)]
+        if not message.parts:
+            return own
+        ocr_density = self.densities.get(OCR)
+        if ocr_density is None:
+            return own
+        ocr = 4 * sum(
+            len((p.text or "")[:PLACEHOLDER_TEXT_CHARS]) for p in message.parts if p.kind == "image"
+        )
+        if not ocr:
+            return own
+        share = min(1.0, ocr / max(1, message_bytes(message)))
+        return 1.0 / ((1.0 - share) / own + share / ocr_density)
 
     # -- kept verbatim ---------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 """The budget rule with images and files: a view of random messages with random parts,
 as the OpenAI adapter sends it, never costs more than the view's token budget when
-counted independently (tiktoken for text, OpenAI's tile rule recomputed here)."""
+counted independently (tiktoken for text, OpenAI's tile rule recomputed here), whether
+the view was extended or built from the store, and however many of its oldest parts a
+full view shows as their text and facts."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from hypothesis import strategies as st
 
 from dormant.models.base import OPENAI_CHAT, ModelRequest
 from dormant.models.openai import OpenAIChatModel
-from dormant.records import Message, Part, Role, ViewLimits
+from dormant.records import Message, Part, Role, Thread, ViewLimits
 from dormant.tokens import encoding
-from dormant.view.builder import extend_view, with_count
+from dormant.view.builder import build_view, extend_view, with_count
 
 ENC = encoding("o200k_base")
 VISION = OpenAIChatModel(model="gpt-4o", base_url="http://127.0.0.1:9/v1", api_key="x", dialect="openai")
@@ -98,7 +100,14 @@ def test_no_request_with_parts_is_over_the_budget(
             with_count(Message(seq=seq, role=role, content=" ".join(text), parts=shown), "o200k_base")
         )
     limits = ViewLimits(max_tokens=budget, max_messages=64, max_bytes=10**7)
-    view = extend_view((), history, limits)
-    request = ModelRequest(thread_id="t", system="", messages=view)
-    for model in (VISION, TEXT_ONLY):
-        assert server_count(model, request) <= budget + OPENAI_CHAT.reply
+    thread = Thread(id="t", agent="a", last_seq=len(history))
+
+    def fetch(thread_id: str, max_seq: int, min_seq: int, limit: int) -> list[Message]:
+        return [m for m in reversed(history) if min_seq < m.seq <= max_seq][:limit]
+
+    # extended in one go, and built from the store (a full view shows its oldest parts as text)
+    built, _ = build_view(thread, limits, fetch, lambda _: None)
+    for view in (extend_view((), history, limits), built):
+        request = ModelRequest(thread_id="t", system="", messages=view)
+        for model in (VISION, TEXT_ONLY):
+            assert server_count(model, request) <= budget + OPENAI_CHAT.reply

@@ -25,6 +25,8 @@ UNSCOPED = {
     ("StoreCore", "shrink_tool_results"): "retention (dormant gc): operator only, no server route",
     ("Store", "shrink_tool_results"): "retention (dormant gc): operator only, no server route",
     ("StoreCore", "prune_history"): "retention (dormant gc): operator only, no server route",
+    ("StoreCore", "demote_parts"): "retention (dormant gc): operator only, no server route",
+    ("Store", "demote_parts"): "retention (dormant gc): operator only, no server route",
     ("Store", "prune_history"): "retention (dormant gc): operator only, no server route",
     ("StoreCore", "prune_summaries"): "retention (dormant gc): operator only, no server route",
     ("Store", "prune_summaries"): "retention (dormant gc): operator only, no server route",

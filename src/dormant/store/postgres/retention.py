@@ -1,7 +1,8 @@
 """Retention's row operations on PostgreSQL (see :class:`~dormant.store.backend.Backend`).
 
 Single statements go through the group-committing writer; the cuts that may release
-blobs (:meth:`PgRetention.shrink_tool_results`, :meth:`PgRetention.prune_history`)
+blobs (:meth:`PgRetention.shrink_tool_results`, :meth:`PgRetention.demote_parts`,
+:meth:`PgRetention.prune_history`)
 run as one transaction on a pooled connection, like thread deletion: message rows
 first, then the blob rows ``FOR UPDATE``, and only then, in a later statement (a
 fresh snapshot), the check that no thread refers to them, so a blob gaining a
@@ -20,7 +21,7 @@ from ...errors import NotFound, UsageError
 from ...records import JournalEntry, RetentionMark, Thread, TierSizes
 from ...tools.blobs import BLOB_LINE, REF_CHARS
 from ..rows import row_journal, row_thread, row_tier_sizes, state_row
-from . import sql
+from . import parts_sql, sql
 from .driver import Conn, Rows, translate
 from .reads import PgReads
 from .writer import Job
@@ -44,14 +45,18 @@ class PgRetention:
         self.lock_timeout_s = lock_timeout_s
 
     async def _release(self, conn: Conn, thread_id: str, refs: set[str], note: str) -> None:
-        """Drop the thread's refs no whole tool result shows any more; delete the blobs
-        then unreferenced (rows locked first, looked for in a later statement)."""
+        """Drop the thread's refs no whole tool result shows and no part of its messages
+        or inputs holds any more; delete the blobs then unreferenced (rows locked first,
+        looked for in a later statement)."""
         dropped: list[str] = []
         for ref in sorted(refs):
             shown = await conn.execute(
                 sql.REF_SHOWN, {"id": thread_id, "shown": BLOB_LINE + ref, "note": note}
             )
             if await shown.fetchone() is not None:
+                continue
+            held = await conn.execute(parts_sql.REF_IN_PARTS, {"id": thread_id, "ref": ref})
+            if await held.fetchone() is not None:
                 continue
             cursor = await conn.execute(sql.DROP_REF, (thread_id, ref))
             if cursor.rowcount:
@@ -85,6 +90,22 @@ class PgRetention:
                     return 0
                 await conn.execute(sql.SHRINK_SEQS, {**params, "seqs": [r[0] for r in picked]})
                 await self._release(conn, thread_id, {r[1] for r in picked if r[1]}, note)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc) from exc
+        return len(picked)
+
+    async def demote_parts(self, thread_id: str, keep: int, note: str, limit: int) -> int:
+        """Drop the blob references of old messages' parts and release the blobs nothing
+        refers to any more (see the Backend protocol); how many messages changed."""
+        params = {"id": thread_id, "keep": keep, "limit": limit}
+        try:
+            async with self.pool().connection() as conn, conn.transaction():
+                await conn.execute(sql.SET_LOCAL_LOCK_TIMEOUT.format(ms=int(self.lock_timeout_s * 1000)))
+                picked = await (await conn.execute(parts_sql.PARTS_PICK, params)).fetchall()
+                if not picked:
+                    return 0
+                await conn.execute(parts_sql.PARTS_DEMOTE, {"id": thread_id, "seqs": [r[0] for r in picked]})
+                await self._release(conn, thread_id, {ref for r in picked for ref in r[1]}, note)
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
         return len(picked)
@@ -123,6 +144,8 @@ class PgRetention:
                     },
                 )
                 refs = {r[0] for r in await found.fetchall()}
+                held = await conn.execute(parts_sql.HISTORY_PART_REFS, {"id": thread_id, "cut": cut})
+                refs |= {r[0] for r in await held.fetchall()}
                 deleted = (await conn.execute(sql.DROP_HISTORY, (thread_id, cut))).rowcount
                 await self._release(conn, thread_id, refs, note)
                 if deleted:

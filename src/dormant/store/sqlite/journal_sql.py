@@ -189,3 +189,38 @@ SELECT
    AND c.seq > coalesce((SELECT max(g.upto) FROM state_journal g WHERE g.thread_id = c.thread_id
                          AND g.kind IN ('full', 'incremental') AND g.recoverable = 1), 0))
 """
+# Messages of thread ?1 older than the one holding its ?2-th newest part (image or file)
+# that still have a part with a blob reference, the oldest ?3: their ids and those refs.
+PARTS_PICK = """
+WITH c AS (
+  SELECT seq, sum(json_array_length(parts)) OVER (ORDER BY seq DESC) AS n
+  FROM messages WHERE thread_id = ?1 AND parts IS NOT NULL)
+SELECT m.id, (SELECT json_group_array(json_extract(p.value, '$.ref')) FROM json_each(m.parts) p
+              WHERE coalesce(json_extract(p.value, '$.ref'), '') <> '')
+FROM messages m
+WHERE m.thread_id = ?1 AND m.parts IS NOT NULL
+  AND m.seq < coalesce((SELECT max(seq) FROM c WHERE n >= ?2), 0)
+  AND EXISTS (SELECT 1 FROM json_each(m.parts) p WHERE coalesce(json_extract(p.value, '$.ref'), '') <> '')
+ORDER BY m.seq LIMIT ?3
+"""
+# message ?1's parts without their blob references (facts and text kept), its count cleared
+PARTS_DEMOTE = """
+UPDATE messages SET tokens = NULL,
+  parts = (SELECT json_group_array(json(json_remove(p.value, '$.ref'))) FROM json_each(messages.parts) p)
+WHERE id = ?1
+"""
+# a message or an input of thread ?1 with a part referring to blob ?2
+REF_IN_PARTS = """
+SELECT 1 FROM messages m, json_each(m.parts) p
+WHERE m.thread_id = ?1 AND m.parts IS NOT NULL AND instr(m.parts, ?2) AND json_extract(p.value, '$.ref') = ?2
+UNION ALL
+SELECT 1 FROM inputs i, json_each(i.parts) p
+WHERE i.thread_id = ?1 AND i.parts IS NOT NULL AND instr(i.parts, ?2) AND json_extract(p.value, '$.ref') = ?2
+LIMIT 1
+"""
+# the blobs the parts of thread ?1's messages before seq ?2 refer to
+HISTORY_PART_REFS = """
+SELECT DISTINCT json_extract(p.value, '$.ref') FROM messages m, json_each(m.parts) p
+WHERE m.thread_id = ?1 AND m.seq < ?2 AND m.parts IS NOT NULL
+  AND coalesce(json_extract(p.value, '$.ref'), '') <> ''
+"""

@@ -4,6 +4,7 @@ of the group-committing writer (one transaction), each read one query."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 
 from ...errors import NotFound, UsageError
@@ -16,10 +17,12 @@ from .writer import Conn
 
 
 def release_refs(conn: Conn, thread_id: str, refs: set[str], note: str) -> None:
-    """Drop the thread's refs to ``refs`` that no whole tool result of it still shows, and
-    the blobs no thread refers to any more."""
+    """Drop the thread's refs to ``refs`` that no whole tool result of it still shows and
+    no part of its messages or inputs holds, and the blobs no thread refers to any more."""
     for ref in sorted(refs):
         if conn.execute(journal_sql.REF_SHOWN, (thread_id, BLOB_LINE + ref, note)).fetchone() is not None:
+            continue
+        if conn.execute(journal_sql.REF_IN_PARTS, (thread_id, ref)).fetchone() is not None:
             continue
         conn.execute(journal_sql.DROP_REF, (thread_id, ref))
         if conn.changes() and conn.execute(sql.REF_USED, (ref,)).fetchone() is None:
@@ -53,6 +56,20 @@ class SQLiteRetention:
         result: int = await self._write(job, 256)
         return result
 
+    async def demote_parts(self, thread_id: str, keep: int, note: str, limit: int) -> int:
+        """Drop the blob references of old messages' parts, release the blobs nothing
+        refers to any more (see the Backend protocol); how many messages changed."""
+
+        def job(conn: Conn) -> int:
+            picked = conn.execute(journal_sql.PARTS_PICK, (thread_id, keep, limit)).fetchall()
+            conn.executemany(journal_sql.PARTS_DEMOTE, [(row[0],) for row in picked])
+            refs = {ref for row in picked for ref in json.loads(row[1])}
+            release_refs(conn, thread_id, refs, note)
+            return len(picked)
+
+        result: int = await self._write(job, 256)
+        return result
+
     async def prune_history(
         self, thread_id: str, keep_runs: int, keep_tool_calls: int, note: str, limit: int, policy: str
     ) -> int:
@@ -73,6 +90,7 @@ class SQLiteRetention:
                 cut = min(bound, int(hi if hi is not None else lo if lo is not None else bound))
             params = (thread_id, cut, len(BLOB_LINE), REF_CHARS, BLOB_LINE)
             refs = {r[0] for r in conn.execute(journal_sql.HISTORY_REFS, params).fetchall()}
+            refs |= {r[0] for r in conn.execute(journal_sql.HISTORY_PART_REFS, (thread_id, cut)).fetchall()}
             conn.execute(journal_sql.DROP_HISTORY, (thread_id, cut))
             deleted = int(conn.changes())
             release_refs(conn, thread_id, refs, note)
