@@ -118,3 +118,35 @@ async def test_exporting_a_large_part_holds_a_few_reads_of_it_at_most(tmp_path: 
             tracemalloc.stop()
     assert files.written == 1 and files.bytes == size
     assert peak < 4 * 1024 * 1024, peak  # 1 MiB reads, never the 16 MiB
+
+
+def test_export_of_a_part_kept_as_its_facts_names_no_file(tmp_path: Path) -> None:
+    """A part retention kept as its facts and text (its bytes gone) is exported as its
+    facts, without a file; the newer, whole part still gets its file."""
+    import asyncio
+    import json
+
+    from dormant import Agent, Runtime
+    from dormant.models import echo_model
+    from dormant.parts import Image
+
+    url = f"sqlite:///{tmp_path}/d.db"
+
+    async def fill() -> None:
+        async with Runtime(url, [Agent(name="assistant", model=echo_model())]) as rt:
+            await rt.send("t1", "old photo", parts=[Image(png(30, 20), name="old.png")])
+            await rt.run_until_idle()
+            await rt.send("t1", "new photo", parts=[Image(png(40, 20), name="new.png")])
+            await rt.run_until_idle()
+            assert await rt.store.demote_parts("t1", keep=1, limit=100) == 1
+
+    asyncio.run(fill())
+    out = tmp_path / "t1.jsonl"
+    done = CliRunner().invoke(app, ["export", "t1", "--store", url, "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    parts = [p for line in out.read_text().splitlines() for p in json.loads(line)["parts"]]
+    assert [(p["name"], p["ref"] != "", "file" in p) for p in parts] == [
+        ("old.png", False, False),
+        ("new.png", True, True),
+    ]
+    assert "1 part file(s) written" in done.output

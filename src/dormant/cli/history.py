@@ -265,14 +265,16 @@ class ExportProgress:
     parts: int = 0
 
 
-def export_record(thread_id: str, message: Message, files: Sequence[str] = ()) -> dict[str, Any]:
+def export_record(thread_id: str, message: Message, files: Sequence[str | None] = ()) -> dict[str, Any]:
     """The object one JSONL line encodes: ``thread_id``, then every field of the message
     (a field added to :class:`~dormant.records.Message` appears without a change here);
-    with ``files`` (one per part), each part names the file its bytes were written to."""
+    with ``files`` (one per part), each part names the file its bytes were written to
+    (``None``: a part retention kept as its facts and text only, whose bytes are gone)."""
     record = {"thread_id": thread_id, **msgspec.structs.asdict(message)}
     if files:
         record["parts"] = [
-            {**msgspec.structs.asdict(p), "file": f} for p, f in zip(message.parts, files, strict=True)
+            {**msgspec.structs.asdict(p), **({"file": f} if f is not None else {})}
+            for p, f in zip(message.parts, files, strict=True)
         ]
     return record
 
@@ -306,7 +308,11 @@ async def export_history(
     while cursor is not None:
         page = await store.history(thread_id, cursor=cursor, limit=page_size)
         for message in page.items:
-            files = [await parts.write(thread_id, p) for p in message.parts] if parts is not None else []
+            files = (
+                [await parts.write(thread_id, p) if p.whole else None for p in message.parts]
+                if parts is not None
+                else []
+            )
             done.parts += len(message.parts)
             encoder.encode_into(export_record(thread_id, message, files), line)
             line.extend(b"\n")
