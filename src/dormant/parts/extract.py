@@ -28,6 +28,7 @@ while tesseract's own command line reads stdin and writes stdout.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import logging
@@ -74,11 +75,18 @@ def child_command(argv: list[str], memory_bytes: int) -> list[str]:
     """``argv`` run under an address-space limit of ``memory_bytes`` (``prlimit --as``;
     util-linux, present on every Debian system). Without ``prlimit`` on the PATH the
     command runs unlimited, and that is logged."""
-    prlimit = shutil.which("prlimit")
+    prlimit = _prlimit()
     if prlimit is None:
-        log.warning("extract_unlimited: prlimit is not on the PATH; a child runs without a RAM limit")
         return argv
     return [prlimit, f"--as={memory_bytes}", "--", *argv]
+
+
+@functools.cache
+def _prlimit() -> str | None:
+    found = shutil.which("prlimit")
+    if found is None:
+        log.warning("extract_unlimited: prlimit is not on the PATH; children run without a RAM limit")
+    return found
 
 
 def _env() -> dict[str, str]:
