@@ -104,3 +104,11 @@ def make_repo(path: Path) -> Path:
         subprocess.run(["git", *command], cwd=path, check=True, env=env)
     (path / "notes.txt").write_text("untracked\n")
     return path
+
+
+def media_server(**options: object) -> McpServer:
+    """The suite's own SDK server whose tools answer with images and files
+    (:mod:`tests.integration.mcp_media`)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    args = ("-m", "tests.integration.mcp_media")
+    return McpServer(name="media", command=sys.executable, args=args, cwd=root, **options)  # type: ignore[arg-type]

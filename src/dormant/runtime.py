@@ -145,6 +145,7 @@ class Runtime(ApprovalApi, JournalApi):
             on_result=self.scheduler.wake.set,
             blob_threshold=self.settings.blob_threshold_bytes,
             tool_threads=self.tool_threads,
+            part_limits=self._limits,
         )
         #: the agents' MCP servers: one connection per server in this worker (:mod:`dormant.tools.mcp`)
         self.mcp = McpHub([(a.mcp, a.toolbox) for a in self.agents.values() if a.mcp])

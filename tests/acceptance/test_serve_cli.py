@@ -14,6 +14,18 @@ from dormant.bench.serve import free_port
 from .runner import Cli, clean_env
 
 
+def wait_ready(url: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(url + "/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+
+
 def test_tenants_keys_and_serve(cli: Cli) -> None:
     cli.ok("init")
     assert "tenant acme created" in cli.ok("tenants", "create", "acme")
@@ -35,15 +47,8 @@ def test_tenants_keys_and_serve(cli: Cli) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
+        wait_ready(url, proc)
+        assert httpx.get(url + "/ui/login").status_code == 200  # the dashboard is on by default
         headers = {"Authorization": f"Bearer {key}"}
         r = httpx.post(url + "/v1/threads/t/inputs", json={"content": "hi"}, headers=headers)
         assert r.status_code == 202
@@ -54,3 +59,25 @@ def test_tenants_keys_and_serve(cli: Cli) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "dormant serving" in err
+
+
+def test_serve_without_the_dashboard(cli: Cli) -> None:
+    """``--no-ui`` serves the API without /ui (and without its sampler)."""
+    cli.ok("init")
+    port = free_port()
+    proc = subprocess.Popen(
+        cli.argv("serve", "--port", str(port), "--no-ui"),
+        cwd=cli.cwd,
+        env=clean_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, proc)
+        assert httpx.get(url + "/ui/login").status_code == 404
+        assert httpx.get(url + "/ui").status_code == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err

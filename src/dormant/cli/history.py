@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
@@ -24,6 +24,7 @@ from rich.text import Text
 
 from ..config import DEFAULT_STORE
 from ..errors import DormantError, UsageError
+from ..ops.partfiles import PartFiles
 from ..records import Message, RetentionMark, Thread
 from ..store import Store
 from ..urls import redact
@@ -260,12 +261,20 @@ class ExportProgress:
     messages: int = 0
     bytes: int = 0
     last_seq: int = 0
+    #: images and files the exported messages hold
+    parts: int = 0
 
 
-def export_record(thread_id: str, message: Message) -> dict[str, Any]:
+def export_record(thread_id: str, message: Message, files: Sequence[str] = ()) -> dict[str, Any]:
     """The object one JSONL line encodes: ``thread_id``, then every field of the message
-    (a field added to :class:`~dormant.records.Message` appears without a change here)."""
-    return {"thread_id": thread_id, **msgspec.structs.asdict(message)}
+    (a field added to :class:`~dormant.records.Message` appears without a change here);
+    with ``files`` (one per part), each part names the file its bytes were written to."""
+    record = {"thread_id": thread_id, **msgspec.structs.asdict(message)}
+    if files:
+        record["parts"] = [
+            {**msgspec.structs.asdict(p), "file": f} for p, f in zip(message.parts, files, strict=True)
+        ]
+    return record
 
 
 async def export_history(
@@ -276,8 +285,12 @@ async def export_history(
     after: int = 0,
     page_size: int = EXPORT_PAGE,
     progress: ExportProgress | None = None,
+    parts: PartFiles | None = None,
 ) -> ExportProgress:
     """Write the thread's messages after seq ``after`` to ``write`` as JSONL, oldest first.
+    With ``parts``, each message's images and files are written there first (each blob
+    once, streamed) and its line names their files; without, a line keeps their
+    references and facts only.
 
     Each page of ``page_size`` messages is written before the next is read, so memory
     is bounded by one page (and the longest line) whatever the size of the thread.
@@ -293,7 +306,9 @@ async def export_history(
     while cursor is not None:
         page = await store.history(thread_id, cursor=cursor, limit=page_size)
         for message in page.items:
-            encoder.encode_into(export_record(thread_id, message), line)
+            files = [await parts.write(thread_id, p) for p in message.parts] if parts is not None else []
+            done.parts += len(message.parts)
+            encoder.encode_into(export_record(thread_id, message, files), line)
             line.extend(b"\n")
             write(line)
             done.messages += 1
@@ -352,6 +367,15 @@ def export(
         bool,
         typer.Option("--quiet", envvar="DORMANT_QUIET", help="No summary line on stderr."),
     ] = False,
+    parts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--parts-dir",
+            envvar="DORMANT_EXPORT_PARTS_DIR",
+            help="Write the bytes of images and files here, one file per blob named by its SHA-256 "
+            "(default with --out: a 'parts' folder beside the file; to stdout: not written).",
+        ),
+    ] = None,
 ) -> None:
     """Write a thread's whole history as JSONL, one message per line, oldest first.
 
@@ -359,20 +383,25 @@ def export(
     up to which seq and under which policy.
 
     Streams page by page: memory stays the same whatever the size of the thread.
-    Each line is the message's fields plus "thread_id".
+    Each line is the message's fields plus "thread_id". The bytes of its images and
+    files go beside it (see --parts-dir), each blob once; a line's parts name their file.
     """
     to_stdout = out_path is None or str(out_path) == "-"
     progress = ExportProgress(last_seq=after)
     pruned: RetentionMark | None = None
+    files: PartFiles | None = None
 
     async def go() -> None:
-        nonlocal pruned
+        nonlocal pruned, files
         async with opened_store(settings_for(store)) as st:
             await st.get_thread(thread)  # an unknown thread leaves no file behind
             pruned = await st.retention_mark(thread)
+            files = part_files(st, out_path if not to_stdout else None, parts_dir)
             if to_stdout:
                 try:
-                    await export_history(st, thread, sys.stdout.buffer.write, after=after, progress=progress)
+                    await export_history(
+                        st, thread, sys.stdout.buffer.write, after=after, progress=progress, parts=files
+                    )
                     sys.stdout.buffer.flush()
                 except DormantError:
                     if progress.messages:
@@ -385,7 +414,9 @@ def export(
                 assert out_path is not None
                 try:
                     with atomic_file(out_path) as file:
-                        await export_history(st, thread, file.write, after=after, progress=progress)
+                        await export_history(
+                            st, thread, file.write, after=after, progress=progress, parts=files
+                        )
                 except OSError as exc:
                     raise DormantError(f"writing {str(out_path)!r} failed: {exc}") from exc
 
@@ -402,3 +433,31 @@ def export(
         where = "stdout" if to_stdout else str(out_path)
         summary = f"exported {progress.messages:,} messages ({progress.bytes:,} bytes) of thread {thread}"
         err.print(f"{summary} to {where}", markup=False)
+        if files is not None and (files.written or files.kept):
+            err.print(
+                f"{files.written:,} part file(s) written ({files.bytes:,} bytes) in {files.folder}, "
+                f"{files.kept:,} already there",
+                markup=False,
+            )
+    if files is None and progress.parts:
+        err.print(
+            f"note: the bytes of {progress.parts:,} image(s) and file(s) were not written: give --parts-dir",
+            markup=False,
+        )
+
+
+def part_files(store: Store, out_path: Path | None, parts_dir: Path | None) -> PartFiles | None:
+    """Where an export writes its part files: ``parts_dir``, else a ``parts`` folder
+    beside ``out_path``; None to stdout without ``parts_dir``. A line names a file by its
+    path from the JSONL's folder (a ``parts_dir`` elsewhere: as given)."""
+    if parts_dir is not None:
+        folder = parts_dir
+    elif out_path is not None:
+        folder = out_path.parent / "parts"
+    else:
+        return None
+    shown = str(folder)
+    if out_path is not None:
+        with contextlib.suppress(ValueError):
+            shown = str(folder.resolve().relative_to(out_path.resolve().parent))
+    return PartFiles(store, folder, shown)

@@ -97,6 +97,15 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    ui: Annotated[
+        bool,
+        typer.Option(
+            "--ui/--no-ui",
+            envvar="DORMANT_UI",
+            help="Serve the dashboard at /ui and sample the store's figures for it every 10 s "
+            "(--no-ui: neither; /ui answers 404).",
+        ),
+    ] = True,
     header_timeout: Annotated[
         float | None,
         typer.Option(
@@ -258,6 +267,7 @@ def serve_command(
             stream_token_secret=stream_token_secret or None,
             stream_token_ttl_s=stream_token_ttl,
             admin_token=admin_token or None,
+            ui=ui,
         )
         try:
             sock = listen(host, port)  # a busy port: one line, before anything else happens

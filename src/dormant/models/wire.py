@@ -30,8 +30,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
-from ..parts.render import content_parts, text_of
-from ..records import Message
+from ..parts.render import content_parts, placeholder, text_of
+from ..records import Message, Part
 from .base import ModelRequest
 
 __all__ = ["DIALECTS", "SUMMARY_PREFIX", "Dialect", "dialect_for", "wire_ids", "wire_messages"]
@@ -183,8 +183,34 @@ def _message(message: Message, ids: dict[str, str], dialect: Dialect) -> dict[st
         return out
     if message.role == "tool":
         call_id = message.tool_call_id or ""
-        return {"role": "tool", "tool_call_id": ids.get(call_id, call_id), "content": message.content}
+        content = _tool_text(message, dialect) if message.parts else message.content
+        return {"role": "tool", "tool_call_id": ids.get(call_id, call_id), "content": content}
     return {"role": "user", "content": message.content}
+
+
+def _sent_as_file(part: Part, dialect: Dialect) -> bool:
+    return dialect.vision and dialect.files and part.kind == "file" and part.media_type == "application/pdf"
+
+
+def _tool_text(message: Message, dialect: Dialect) -> str:
+    """A tool result's text and a placeholder per part (a PDF sent as a file part: its
+    first line only, its text is in the file)."""
+    shown = [
+        placeholder(p).split("\n", 1)[0] if _sent_as_file(p, dialect) else placeholder(p)
+        for p in message.parts
+    ]
+    return "\n\n".join([message.content, *shown]).strip()
+
+
+def tool_media(message: Message, dialect: Dialect) -> list[dict[str, Any]]:
+    """The image (and, where the dialect takes files, PDF) content parts of a tool result,
+    for a model that sees images: a tool message holds text only, so they go in a user
+    message after the call's results, the tool message naming each by its placeholder."""
+    if not (message.role == "tool" and message.parts and dialect.vision):
+        return []
+    shown = Message(seq=message.seq, role="user", content="", parts=message.parts)
+    parts = content_parts(shown, dialect.image_detail, dialect.files)
+    return [part for part in parts if part["type"] != "text"]
 
 
 def _assistant(message: Message, ids: dict[str, str]) -> dict[str, Any]:
@@ -247,5 +273,13 @@ def wire_messages(request: ModelRequest, dialect: Dialect) -> list[dict[str, Any
         )
     ids = wire_ids(request.messages, dialect.tool_call_ids)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    messages.extend(_message(message, ids, dialect) for message in request.messages)
+    media: list[dict[str, Any]] = []  # of the tool results just shown, once they all are
+    for message in request.messages:
+        if media and message.role != "tool":
+            messages.append({"role": "user", "content": media})
+            media = []
+        messages.append(_message(message, ids, dialect))
+        media += tool_media(message, dialect)
+    if media:
+        messages.append({"role": "user", "content": media})
     return _alternate(messages) if dialect.strict_alternation else messages

@@ -16,6 +16,7 @@ and an optional text (alt text, a caption, a PDF's extracted text).
 * :mod:`.admit` — :func:`store_parts`: check every part first, then store the blobs;
   nothing is written when one is refused (InvalidInput, PayloadTooLarge 413,
   UnsupportedMedia 415).
+* :mod:`.png` — a PNG's damaged optional chunks dropped before it is checked.
 * :mod:`.render` — what a model is sent: ``image_url`` / ``file`` content parts with
   the bytes read from the store when the request is built, or a text placeholder for
   a text-only model; the per-image token cost the view budget counts.

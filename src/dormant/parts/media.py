@@ -19,6 +19,7 @@ import msgspec
 from ..errors import PayloadTooLarge, UnsupportedMedia
 from .extract import pdf_text
 from .inputs import Limits
+from .png import without_bad_ancillary
 
 #: Image formats taken (Pillow's names) and their media types.
 IMAGE_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
@@ -75,6 +76,8 @@ def check_image(data: bytes, limits: Limits) -> Checked:
     media = sniff(data)
     if not media.startswith("image/"):
         raise UnsupportedMedia(f"an image part is not an image (its bytes are {media})")
+    if media == "image/png":
+        data = without_bad_ancillary(data)  # as browsers and model servers read it
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", PILImage.DecompressionBombWarning)

@@ -465,7 +465,8 @@ class OutboxOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
     ``done`` and ``dead`` admit ``content`` as the call's tool result (dedup key =
     call id) in the same transaction; ``retry`` makes the entry claimable again at
-    ``retry_at``.
+    ``retry_at``. A ``done`` result may carry ``parts``: the images and files the tool
+    returned, already stored as blobs the thread refers to; they go on the result input.
     """
 
     entry_id: int
@@ -475,6 +476,7 @@ class OutboxOutcome(msgspec.Struct, frozen=True, kw_only=True):
     is_error: bool = False
     retry_at: float = 0.0
     error: str | None = None
+    parts: tuple[Part, ...] = ()
 
 
 class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):

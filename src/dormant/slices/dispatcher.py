@@ -36,12 +36,13 @@ from .. import logs
 from ..agent import Agent
 from ..errors import DormantError, Overloaded, SchemaError, StoreError, ToolError
 from ..metrics import RuntimeStats
-from ..records import OutboxEntry, OutboxOutcome
+from ..parts import Limits
+from ..records import OutboxEntry, OutboxOutcome, Part
 from ..store.base import Store
 from ..text import clean, truncate
 from ..tools import blobs
-from ..tools.blobs import stored_output
 from ..tools.pool import ToolThreads
+from ..tools.results import stored_result
 from ..tools.spec import ToolContext, ToolProgress, timeout_reason
 from .retry import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 
@@ -68,6 +69,7 @@ class Dispatcher:
         on_result: Callable[[], None],
         blob_threshold: int = blobs.DEFAULT_THRESHOLD,
         tool_threads: ToolThreads | None = None,
+        part_limits: Limits | None = None,
     ) -> None:
         self.store = store
         self.agents = agents
@@ -82,6 +84,8 @@ class Dispatcher:
         self.clock = clock
         self.on_result = on_result
         self.blob_threshold = blob_threshold
+        #: the limits on the images and files a tool returns (those of admitted parts)
+        self.part_limits = part_limits or Limits()
         #: optional observer of progress a running call reports (an MCP server's progress
         #: notifications): ``(thread_id, ToolProgress)``; the server publishes it on the
         #: thread's event stream. Never durable, and never allowed to fail the call.
@@ -236,7 +240,9 @@ class Dispatcher:
         try:
             async with asyncio.timeout(spec.timeout):
                 output = await spec.run(args, ctx)
-                content = await stored_output(self.store, entry.thread_id, output, self.blob_threshold)
+                done = await stored_result(
+                    self.store, entry.thread_id, output, self.blob_threshold, self.part_limits
+                )
         except ToolError as exc:
             if exc.retryable:
                 return self._retry(entry, f"{exc}")
@@ -255,7 +261,9 @@ class Dispatcher:
             return self._final(entry, text, "done", is_error=True)
         except Exception as exc:  # a tool's bug is the agent's information, not our crash
             return self._final(entry, f"error: {type(exc).__name__}: {exc}", "done", is_error=True)
-        return self._final(entry, content, "done")
+        if done.is_error:  # an image or file it returned was refused: nothing stored
+            return self._final(entry, done.content, "done", is_error=True)
+        return self._final(entry, done.content, "done", parts=done.parts)
 
     def _retry(self, entry: OutboxEntry, reason: str) -> OutboxOutcome:
         reason = clean(reason)
@@ -281,6 +289,7 @@ class Dispatcher:
         *,
         is_error: bool = False,
         error: str | None = None,
+        parts: tuple[Part, ...] = (),
     ) -> OutboxOutcome:
         assert entry.token is not None
         if kind == "dead":
@@ -293,4 +302,5 @@ class Dispatcher:
             content=truncate(content, self.max_result_bytes),
             is_error=is_error,
             error=clean(error or (content if is_error else "")) or None,
+            parts=parts,
         )

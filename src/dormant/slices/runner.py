@@ -50,20 +50,14 @@ from ..memory import facts
 from ..memory.facade import Memory
 from ..metrics import RuntimeStats
 from ..models.base import MAX_REPLY_BYTES, ModelEvent, ModelReply, ModelRequest, collect
-from ..records import (
-    Claim,
-    SliceLoad,
-    Summary,
-    Thread,
-    Usage,
-    ViewLimits,
-)
+from ..parts import Limits
+from ..records import Claim, SliceLoad, Summary, Thread, Usage, ViewLimits
 from ..store.base import Store
 from ..text import clean
 from ..tokens import TokenCounter
 from ..tools import external
-from ..tools.blobs import stored_output
 from ..tools.pool import ToolThreads
+from ..tools.results import stored_result
 from ..tools.spec import ToolContext, timeout_reason
 from ..view import budget, builder
 from ..view import ratio as ratio_rules
@@ -132,6 +126,7 @@ class SliceRunner:
         self.on_damage = on_damage
         self.tool_threads = tool_threads
         self.governor = governor
+        self.part_limits = Limits.of(settings)  # images and files tools return
         # per agent: its model's window less its output, system prompt and tool schemas
         #: per agent: the page manager's policy (its own, else from the settings)
         self.pages = {
@@ -491,7 +486,8 @@ class SliceRunner:
                 output = await call.spec.run(call.args, ctx)
                 # a large output goes to the store now (outside the slice's transaction: a
                 # slice that fails leaves an unused reference, collected with the thread)
-                content = await stored_output(self.store, thread.id, output, ctx.blob_threshold)
+                limits = self.part_limits
+                done = await stored_result(self.store, thread.id, output, ctx.blob_threshold, limits)
         except TimeoutError:
             reason, _ = timeout_reason(call.spec, ctx)
             return InlineResult(call=call.call, content=f"error: {reason}")
@@ -502,7 +498,9 @@ class SliceRunner:
             logs.bind(call_id=None)
         return InlineResult(
             call=call.call,
-            content=content,
+            content=done.content,
+            is_error=done.is_error,
+            parts=done.parts,
             threads=tuple(ctx.threads),
             admissions=tuple(ctx.admissions),
             state=tuple(ctx.state_changes),

@@ -35,6 +35,7 @@ from ..records import (
     NewCall,
     NewInput,
     NewThread,
+    Part,
     SliceLoad,
     StateChange,
     Summary,
@@ -66,6 +67,8 @@ class InlineResult:
     call: ToolCall
     content: str
     is_error: bool = False
+    #: the images and files the tool returned, already stored (:mod:`dormant.tools.results`)
+    parts: tuple[Part, ...] = ()
     threads: tuple[NewThread, ...] = ()
     admissions: tuple[NewInput, ...] = ()
     state: tuple[StateChange, ...] = ()
@@ -108,6 +111,7 @@ def input_message(item: Input, seq: int, now: float) -> Message:
             source="tool_result",
             input_id=item.id,
             created_at=now,
+            parts=item.parts,
         )
     if item.kind == "report":
         content = f"[report from thread {item.source}] {item.content}"
@@ -334,14 +338,14 @@ class Turn:
                 self._threads.extend(result.threads)
                 self._admissions.extend(result.admissions)
                 self._state.extend(result.state)
-                self._tool_message(call, result.content)
+                self._tool_message(call, result.content, result.parts)
             elif call.id in errors:
                 self._tool_message(call, errors[call.id])
         self._errors = []
         answered_here = bool(by_id) or bool(errors)
         self.wants_model = answered_here and self._awaiting == 0 and self.rounds < self.max_rounds
 
-    def _tool_message(self, call: ToolCall, content: str) -> None:
+    def _tool_message(self, call: ToolCall, content: str, parts: tuple[Part, ...] = ()) -> None:
         self._add(
             Message(
                 seq=self.next_seq,
@@ -351,6 +355,7 @@ class Turn:
                 name=call.name,
                 source="inline",
                 created_at=self.now,
+                parts=parts,
             )
         )
 

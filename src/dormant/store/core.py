@@ -41,6 +41,7 @@ from ..records import (
     OutboxEntry,
     OutboxOutcome,
     Page,
+    Part,
     SliceLoad,
     StoreStatus,
     Summary,
@@ -75,9 +76,11 @@ DEFAULT_VIEW_CACHE_BYTES = 24 * 1024 * 1024
 DEFAULT_VIEW_SPILL_BYTES = 256 * 1024 * 1024
 
 
-def result_input(thread_id: str, call_id: str, tool: str | None, content: str, is_error: bool) -> NewInput:
-    """The input that answers call ``call_id`` of a thread: a ``tool_result`` whose
-    dedup key is the call id (so the first answer wins)."""
+def result_input(
+    thread_id: str, call_id: str, tool: str | None, content: str, is_error: bool, parts: tuple[Part, ...] = ()
+) -> NewInput:
+    """The ``tool_result`` input answering call ``call_id`` (dedup key: the call id, so
+    the first answer wins), with the images and files (``parts``) the tool returned."""
     return NewInput(
         thread_id=thread_id,
         kind="tool_result",
@@ -86,6 +89,7 @@ def result_input(thread_id: str, call_id: str, tool: str | None, content: str, i
         call_id=call_id,
         tool_name=tool,
         is_error=is_error,
+        parts=parts,
     )
 
 
@@ -446,9 +450,9 @@ class StoreCore(TenantRules, RetentionRules, ModelWaits, ApprovalRules):
         for outcome in outcomes:
             if len(outcome.content.encode()) > self.max_input_bytes:
                 raise UsageError("tool result exceeds the input size limit; truncate it first")
-        if not outcomes:
-            return []
-        return await self.backend.finish_outbox(outcomes)
+            if outcome.parts and outcome.kind != "done":
+                raise UsageError(f"a {outcome.kind!r} outcome carries no parts (only a done one does)")
+        return await self.backend.finish_outbox(outcomes) if outcomes else []
 
     # -- paged reads -----------------------------------------------------------------
 
@@ -566,8 +570,7 @@ class StoreCore(TenantRules, RetentionRules, ModelWaits, ApprovalRules):
         return await self.backend.blobs.put_blob(thread_id, chunks)
 
     async def part_bytes_today(self, thread_id: str, *, tenant: str | None = None) -> int:
-        """Bytes of the parts the thread took since the start of the UTC day (the
-        thread-day limit's count, by the store's clock on every backend)."""
+        """Bytes of the parts the thread took since the UTC day began (by the store's clock)."""
         tenancy.check([thread_id], tenant)
         now = self.backend.clock()
         return await self.backend.blobs.part_bytes_since(thread_id, now - now % DAY_S)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from ..errors import NotFound, UsageError
 from ..inbox import MAX_DEDUP_KEY_BYTES, MAX_THREAD_ID_BYTES
+from ..parts.media import sniff
 from ..records import NewInput, NewThread
 from .blobs import whole_chars
 from .spec import ToolContext, ToolSpec, make_tool
@@ -129,9 +130,11 @@ def sleep_until(
 
 
 async def read_blob(ref: str, ctx: ToolContext, offset: int = 0, length: int = 8192) -> str:
-    """Read part of a large tool output that was stored as a blob: ``length`` bytes from
-    byte ``offset`` of blob ``ref`` (the sha256:... named where the output was cut).
-    The answer ends with the next offset to read from; at most 16 KiB per call."""
+    """Read part of a large tool output that was stored as a blob, or of a text file sent
+    in a message: ``length`` bytes from byte ``offset`` of blob ``ref`` (the sha256:...
+    named where the output was cut, or a part's reference). The answer ends with the next
+    offset to read from; at most 16 KiB per call. An image or a PDF is not text: the answer
+    says so (the message holding it shows its text)."""
     if ctx.blobs is None:
         return "error: no blob store is available to this tool call"
     if offset < 0 or length < 1:
@@ -141,10 +144,18 @@ async def read_blob(ref: str, ctx: ToolContext, offset: int = 0, length: int = 8
     try:
         blob = await ctx.blobs.get_blob(ctx.thread_id, ref)
         data = await ctx.blobs.read_blob(ctx.thread_id, ref, offset, min(length, budget))
+        head = data if offset == 0 else await ctx.blobs.read_blob(ctx.thread_id, ref, 0, 16)
     except NotFound:
         return f"error: no blob {ref!r} in this thread's history (copy the full sha256:... reference)"
     except UsageError as exc:
         return f"error: {exc}"
+    media = sniff(head[:16])  # magic numbers only: is it an image or a PDF?
+    if media.startswith("image/") or media == "application/pdf":
+        what = "an image" if media.startswith("image/") else "a PDF"
+        return (
+            f"[blob {ref} is {what} ({media}, {blob.size} bytes), not text: the message that holds "
+            "it shows its text and facts]"
+        )
     if not data:
         return f"[nothing at offset {offset}: the blob has {blob.size} bytes]"
     skip, keep = whole_chars(data, start=offset > 0, end=offset + len(data) < blob.size)

@@ -9,7 +9,9 @@ result admitted later as an input).
 
 A tool returns text, any JSON-encodable value, or — for large outputs — ``bytes`` or
 an (async) iterator of bytes (see :data:`~dormant.tools.blobs.ToolOutput`); an output over
-the blob threshold is stored as a blob and the model sees an excerpt of it.
+the blob threshold is stored as a blob and the model sees an excerpt of it. It may also
+return images and files (:class:`~dormant.parts.Image`, :class:`~dormant.parts.File`,
+alone or in a list with text), stored as content parts (:mod:`dormant.tools.results`).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import msgspec
 import pydantic
 
 from ..errors import UsageError
+from ..parts import File, Image, Text
 from ..records import NewInput, NewThread, StateChange
 from .blobs import CHUNK_BYTES, DEFAULT_THRESHOLD, BlobReader, BlobWriter, ToolOutput
 from .pool import SyncCall, ToolThreads, default_pool
+from .results import PartsOutput, parts_output
 
 if TYPE_CHECKING:
     from ..slices.memory import SubjectMemory
@@ -194,9 +198,10 @@ class ToolSpec:
         # iter(): dict(model) probes the model for .keys() first, a failing and slow lookup
         return dict(iter(model))
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput | PartsOutput:
         """Run the function and return its output: bytes and streams as returned, not
-        read yet (see :func:`result_output`); anything else as text.
+        read yet, images and files as a :class:`PartsOutput` (see :func:`result_output`);
+        anything else as text.
 
         A sync function runs in a thread of ``ctx.tool_threads`` (bounded; see
         :class:`~dormant.tools.pool.ToolThreads`), tracked by ``ctx.sync_call``."""
@@ -216,6 +221,8 @@ class ToolSpec:
         output = await self.run(args, ctx)
         if isinstance(output, str):
             return output
+        if isinstance(output, PartsOutput):  # the text, each image or file named
+            return "\n\n".join(_item_text(item) for item in output.items)
         if isinstance(output, bytes):
             return output.decode("utf-8", errors="replace")
         parts: list[bytes] = []
@@ -231,12 +238,24 @@ def _piece(piece: bytes | str) -> bytes:
     return piece.encode() if isinstance(piece, str) else bytes(piece)
 
 
-def result_output(result: Any) -> ToolOutput:
+def _item_text(item: str | Text | Image | File) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Text):
+        return item.text
+    return f"[{type(item).__name__.lower()}: {item.name or 'unnamed'}]"
+
+
+def result_output(result: Any) -> ToolOutput | PartsOutput:
     """A tool's return value as its output: ``bytes`` (bytearray, memoryview) as bytes,
-    an async iterable or an iterator (a generator, a file) as a stream of bytes,
+    an async iterable or an iterator (a generator, a file) as a stream of bytes, an
+    Image or a File, or a list holding one (or a Text), as a :class:`PartsOutput`,
     anything else as the text :func:`result_text` makes of it."""
     if isinstance(result, bytes | bytearray | memoryview):
         return bytes(result)
+    found = parts_output(result, result_text)
+    if found is not None:
+        return found
     if isinstance(result, AsyncIterable | Iterator):
         stream: AsyncIterable[bytes] | Iterator[bytes] = result
         return stream

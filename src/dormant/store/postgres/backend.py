@@ -31,7 +31,7 @@ from ...urls import redact, scrub
 from ..backend import BackendDefaults
 from ..core import result_input
 from ..rows import row_entry, row_thread, state_row
-from . import sql
+from . import results, sql
 from .approvals import PgApprovals
 from .blobs import PostgresBlobs
 from .driver import Conn, Rows, clean_text, encode, translate
@@ -519,8 +519,18 @@ class PostgresBackend(BackendDefaults):
         return result
 
     async def finish_outbox(self, outcomes: Sequence[OutboxOutcome]) -> list[bool]:
-        """Record outcomes; done/dead admit the tool result in the same transaction."""
+        """Record outcomes; done/dead admit the tool result in the same transaction (a
+        result with parts by a statement of its own, :mod:`.results`)."""
         now = self.clock()
+        if any(o.parts for o in outcomes):
+            held: list[bool] = []
+            for o in outcomes:
+                if not o.parts:
+                    held += await self.finish_outbox([o])
+                    continue
+                size = len(o.content) + 512 * len(o.parts) + 256
+                held += await self._write(results.finish_with_parts(o, now, _result_key(now)), size)
+            return held
         job = Job(
             sql.FINISH_OUTBOX,
             (

@@ -71,5 +71,5 @@ def finish(conn: Conn, outcomes: Sequence[OutboxOutcome], now: float) -> list[bo
             row = conn.execute(sql.CALL_DEAD, (now, o.error, o.entry_id, o.token)).fetchone()
         held.append(row is not None)
         if row is not None:
-            admit_one(conn, result_input(row[0], row[1], row[2], o.content, o.is_error), now)
+            admit_one(conn, result_input(row[0], row[1], row[2], o.content, o.is_error, o.parts), now)
     return held

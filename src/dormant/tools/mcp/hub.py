@@ -7,9 +7,11 @@ again when a server says its list changed and every ``refresh_s``. Each tool bec
 the slice writes the call to the outbox, the dispatcher runs it, and the result comes
 back as an input. The call id is the idempotency key (sent as ``_meta.dormant/callId``).
 
-What a result becomes (:func:`result_text`): text parts and structured content are the
-tool result; images, audio and binary resources are stored as blobs and shown as a
-line naming the blob; ``is_error`` is an error result the model sees.
+What a result becomes (:func:`result_items`): text parts and structured content are the
+tool result's text; an image (``ImageContent``) and a binary embedded resource become
+the result's image and file parts, checked and stored like a user's
+(:mod:`dormant.tools.results`: a refused one makes the result an error); audio is stored
+as a blob and shown as a line naming it; ``is_error`` is an error result the model sees.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ToolError
+from ...parts import File, Image
 from ..blobs import BlobWriter
 from ..spec import ApprovalPolicy, ToolBox, ToolContext, ToolProgress, ToolSpec
 from .config import McpServer, check_unique
@@ -191,7 +194,7 @@ def tool_specs(link: ServerLink, listed: Sequence[types.Tool]) -> list[ToolSpec]
 
 
 def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
-    async def call(**kwargs: Any) -> str:
+    async def call(**kwargs: Any) -> str | list[str | Image | File]:
         from .link import McpFailure
 
         ctx: ToolContext = kwargs.pop(_CTX)
@@ -207,10 +210,13 @@ def _caller(link: ServerLink, tool: str, idempotent: bool) -> Any:
             if exc.sent and not idempotent:
                 raise ToolError(f"outcome unknown: {exc}", retryable=False) from None
             raise ToolError(str(exc), retryable=True) from None
-        text = await result_text(result, ctx.blob_writer, ctx.thread_id)
+        items = await result_items(result, ctx.blob_writer, ctx.thread_id)
         if result.is_error:
+            text = "\n".join(i if isinstance(i, str) else f"[{type(i).__name__.lower()}]" for i in items)
             raise ToolError(f"MCP tool {link.config.name}/{tool} failed: {text}")
-        return text
+        if any(isinstance(i, Image | File) for i in items):
+            return items  # stored as the result's parts by the dispatcher (dormant.tools.results)
+        return "\n".join(i for i in items if isinstance(i, str))
 
     call.__name__ = f"mcp_{link.config.name}_{tool}"
     return call
@@ -246,27 +252,41 @@ def progress_reporter(
     return on_progress
 
 
-async def result_text(result: types.CallToolResult, blobs: BlobWriter | None, thread_id: str) -> str:
-    """The text of ``result``: its text parts, then its structured content as JSON (unless
-    a text part already is that JSON, or the value an SDK wrapped as ``{"result": ...}``);
-    binary parts stored as blobs through ``blobs`` and named by a line each (dropped, and
-    said so, when ``blobs`` is None)."""
+async def result_items(
+    result: types.CallToolResult, blobs: BlobWriter | None, thread_id: str
+) -> list[str | Image | File]:
+    """What ``result`` holds, in order: text (its text parts, then its structured content
+    as JSON unless a text part already is that JSON, or the value an SDK wrapped as
+    ``{"result": ...}``), an :class:`~dormant.parts.Image` per image and a
+    :class:`~dormant.parts.File` per binary resource (their bytes, not yet checked: the
+    dispatcher stores them as parts). Audio is stored as a blob through ``blobs`` and named
+    by a line (dropped, and said so, when ``blobs`` is None); base64 that does not decode
+    is a line saying so."""
     import mcp_types as types
 
-    parts: list[str] = []
+    parts: list[str | Image | File] = []
     for item in result.content:
         if isinstance(item, types.TextContent):
             parts.append(item.text)
-        elif isinstance(item, types.ImageContent | types.AudioContent):
-            kind = "image" if isinstance(item, types.ImageContent) else "audio"
-            parts.append(await _blob_line(blobs, thread_id, item.data, f"{kind} {item.mime_type}"))
+        elif isinstance(item, types.ImageContent):
+            raw = _decoded(item.data)
+            parts.append(
+                Image(raw) if raw is not None else f"[image {item.mime_type}: not valid base64, dropped]"
+            )
+        elif isinstance(item, types.AudioContent):
+            parts.append(await _blob_line(blobs, thread_id, item.data, f"audio {item.mime_type}"))
         elif isinstance(item, types.EmbeddedResource):
             res = item.resource
             if isinstance(res, types.TextResourceContents):
                 parts.append(f"[resource {res.uri}]\n{res.text}")
             else:
-                mime = getattr(res, "mime_type", None) or "application/octet-stream"
-                parts.append(await _blob_line(blobs, thread_id, res.blob, f"resource {res.uri} {mime}"))
+                raw = _decoded(res.blob)
+                name = str(res.uri).rstrip("/").rsplit("/", 1)[-1] or None
+                parts.append(
+                    File(raw, name=name)
+                    if raw is not None
+                    else f"[resource {res.uri}: not valid base64, dropped]"
+                )
         elif isinstance(item, types.ResourceLink):
             parts.append(f"[resource link {item.uri}" + (f" ({item.name})" if item.name else "") + "]")
         else:
@@ -276,9 +296,17 @@ async def result_text(result: types.CallToolResult, blobs: BlobWriter | None, th
         value = result.structured_content
         # the SDKs wrap a tool's non-object output as {"result": ...} beside its text
         wrapped = value["result"] if list(value) == ["result"] else value
-        if not any(p == wrapped or _same_json(p, value) or _same_json(p, wrapped) for p in parts):
+        texts = [p for p in parts if isinstance(p, str)]
+        if not any(p == wrapped or _same_json(p, value) or _same_json(p, wrapped) for p in texts):
             parts.append(encoded)
-    return "\n".join(parts)
+    return parts
+
+
+def _decoded(data: str) -> bytes | None:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def _same_json(text: str, value: object) -> bool:
@@ -289,9 +317,8 @@ def _same_json(text: str, value: object) -> bool:
 
 
 async def _blob_line(blobs: BlobWriter | None, thread_id: str, data: str, what: str) -> str:
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
+    raw = _decoded(data)
+    if raw is None:
         return f"[{what}: not valid base64, dropped]"
     if blobs is None:
         return f"[{what}, {len(raw)} bytes: not stored (no blob store here)]"
