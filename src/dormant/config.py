@@ -71,6 +71,36 @@ class Settings(BaseModel):
         2048, ge=0, description="images are downscaled to this longest side before storing (0: never)"
     )
     max_pdf_pages: int = Field(200, ge=1, description="PDFs with more pages are refused")
+    pdf_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        le=600,
+        description="seconds a PDF's pages may take to be counted and its text extracted (a child "
+        "process; past it the PDF is stored without text, or refused if its pages were not counted)",
+    )
+    ocr: bool = Field(
+        False,
+        description="read the text of images at admission with Tesseract (the Debian tesseract-ocr "
+        "package; checked at start-up) when the client gave none",
+    )
+    ocr_languages: str = Field(
+        "eng+chi_sim",
+        pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$",
+        description="Tesseract languages, joined by + (each must be installed: tesseract --list-langs)",
+    )
+    ocr_timeout_s: float = Field(
+        20.0, gt=0, le=600, description="seconds one image's OCR may take (past it: stored without text)"
+    )
+    ocr_concurrency: int = Field(1, ge=1, le=64, description="images read by OCR at once in this process")
+    ocr_max_side: int = Field(
+        2048, ge=256, le=10_000, description="images are downscaled to this longest side for OCR"
+    )
+    extract_memory_bytes: int = Field(
+        512 * 1024 * 1024,
+        ge=64 * 1024 * 1024,
+        description="address space of each OCR or PDF-text child process (bytes; past it the child "
+        "fails and the part is stored without text)",
+    )
     blob_threshold_bytes: int = Field(
         16 * 1024,
         ge=1024,

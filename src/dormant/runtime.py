@@ -39,7 +39,7 @@ from .memory.embedder import Embedder, EmbedderName, resolve_embedder
 from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
-from .parts import Limits, PartInput, Text, store_parts
+from .parts import Extractor, Limits, PartInput, Text, store_parts
 from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .retention.loop import RetentionLoop
 from .retention.policy import RetentionPolicy
@@ -81,6 +81,9 @@ class Runtime(ApprovalApi, JournalApi):
             raise UsageError("a runtime needs at least one agent")
         self.settings = settings or Settings.from_env()
         self._limits = Limits.of(self.settings)  # content parts (dormant.parts)
+        #: text from images (OCR, ``DORMANT_OCR``: a missing tesseract is a UsageError
+        #: here, at start-up) and the counters of both extractors (``extractor.stats``)
+        self.extractor = Extractor.of(self.settings)
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store
@@ -374,7 +377,9 @@ class Runtime(ApprovalApi, JournalApi):
             raise UsageError(f"unknown agent {name!r}")
         source = await self._bind(thread_id, identity) if identity else None
         if parts:  # all checked before a blob is stored, the blobs before the input
-            text, stored = await store_parts(self.store, thread_id, [Text(text), *parts], self._limits, name)
+            text, stored = await store_parts(
+                self.store, thread_id, [Text(text), *parts], self._limits, name, self.extractor
+            )
         item = NewInput(
             thread_id=thread_id,
             kind="user",

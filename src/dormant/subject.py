@@ -42,6 +42,9 @@ class SubjectOptions:
     change, as an ``event`` input with the priority ``priorities`` gives the key's class
     (default :data:`dormant.memory.state_events.DEFAULT_PRIORITIES`: complaints, refunds and
     account freezes P0; orders, coupons and addresses P1; browsing P2), so P0 goes first.
+    ``remember_parts`` remembers the text of the images and files the user sends (alt
+    text, OCR, a PDF's text) as memories of the subject (type ``attachment``), so recall
+    finds "the invoice number in the photo I sent"; False leaves them in the thread only.
     """
 
     identity: tuple[str, ...] = ("phone", "device")
@@ -51,6 +54,7 @@ class SubjectOptions:
     recall_vectors: bool = True
     tsr_turns: int = DEFAULT_TSR_TURNS
     fan_out: bool = True
+    remember_parts: bool = True
     priorities: Mapping[str, Priority] = field(default_factory=lambda: dict(DEFAULT_PRIORITIES), hash=False)
 
     def __post_init__(self) -> None:

@@ -6,7 +6,8 @@ and in Chinese:
 
 * a **topic** that names a keyed fact or a kind of event — "which city / address"
   (地址, 寄到, 哪个城市), "how to contact" (联系方式), "complaint" (投诉, 反映),
-  "refund" (退款), "call" (来电, 打电话) — as :class:`Topic` names;
+  "refund" (退款), "call" (来电, 打电话), an attachment ("photo", "screenshot", "pdf",
+  照片, 截图, 附件) — as :class:`Topic` names;
 * a **latest** marker — "latest", "most recent", "current", "now", "last",
   最新, 最近, 现在, 目前, 当前, 上次 — asking for the newest matching record;
 * a **period** — "last week", "past month", 上周, 最近一周, 上个月 — in days.
@@ -101,6 +102,15 @@ TOPICS: tuple[Topic, ...] = (
         False,
         "order|orders|ordered|purchase|bought|订单|下单|购买",
         "order|订单",
+    ),
+    # what the user sent as an image or a document: its text is remembered (type
+    # "attachment", dormant.slices.memory), so "the photo I sent last week" finds it
+    _topic(
+        "attachment",
+        False,
+        "photo|photos|picture|pictures|image|images|screenshot|screenshots|attachment|attachments|"
+        "attached|pdf|scan|scanned|照片|图片|截图|附件|扫描件",
+        "attachment|附件",
     ),
 )
 

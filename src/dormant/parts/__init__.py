@@ -10,6 +10,9 @@ and an optional text (alt text, a caption, a PDF's extracted text).
   and :class:`Limits` (per part, per input; settings ``DORMANT_MAX_PART_BYTES``, ...).
 * :mod:`.media` — sniffing, image validation (decoded once, bomb limit, downscale to a
   longest side) and PDF checks (page limit, text via ``pypdf``).
+* :mod:`.extract` — text from images (OCR: the Debian ``tesseract`` binary, setting
+  ``DORMANT_OCR``) and PDFs (``pypdf``), each in a child process bounded in time and
+  address space, at most a few at once; a failed or slow OCR stores the part without text.
 * :mod:`.admit` — :func:`store_parts`: check every part first, then store the blobs;
   nothing is written when one is refused (InvalidInput, PayloadTooLarge 413,
   UnsupportedMedia 415).
@@ -22,7 +25,18 @@ and an optional text (alt text, a caption, a PDF's extracted text).
 from __future__ import annotations
 
 from .admit import store_parts
+from .extract import Extractor
 from .inputs import File, Image, Limits, PartInput, Text
 from .render import image_tokens, placeholder
 
-__all__ = ["File", "Image", "Limits", "PartInput", "Text", "image_tokens", "placeholder", "store_parts"]
+__all__ = [
+    "Extractor",
+    "File",
+    "Image",
+    "Limits",
+    "PartInput",
+    "Text",
+    "image_tokens",
+    "placeholder",
+    "store_parts",
+]

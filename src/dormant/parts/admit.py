@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from ..errors import InvalidInput, PayloadTooLarge
 from ..records import BlobRef, Part
+from .extract import Extractor, log
 from .inputs import File, Image, Limits, PartInput, Text, read_source
 from .media import Checked, check_file, check_image
 
@@ -72,7 +73,12 @@ def reread(part: Image | File, limits: Limits, digest: str) -> bytes:
 
 
 async def store_parts(
-    store: BlobWriter, thread_id: str, parts: Sequence[PartInput], limits: Limits, agent: str | None = None
+    store: BlobWriter,
+    thread_id: str,
+    parts: Sequence[PartInput],
+    limits: Limits,
+    agent: str | None = None,
+    extractor: Extractor | None = None,
 ) -> tuple[str, tuple[Part, ...]]:
     """The text and the stored parts of an input made of ``parts``.
 
@@ -83,6 +89,9 @@ async def store_parts(
     With ``agent``, a missing thread is created (with that agent) once all parts passed.
     Before that, the parts the thread took since the start of the UTC day plus these must
     stay within ``limits.thread_day_bytes`` (PayloadTooLarge, nothing written).
+    With an ``extractor`` that reads images (OCR), an image given without alt text gets
+    the text OCR finds in it, once every part passed and before its blob is stored; OCR
+    that fails or times out leaves the part without text, never refuses it.
     """
     media = [p for p in parts if not isinstance(p, Text)]
     if len(media) > limits.count:
@@ -115,9 +124,15 @@ async def store_parts(
         data = (
             found.data if passed.reread is None else await asyncio.to_thread(reread, p, limits, passed.reread)
         )
-        ref = await store.put_blob(thread_id, _pieces(data))
-        del data
         given = p.alt if isinstance(p, Image) else p.text
+        if given is None and found.kind == "image" and extractor is not None and extractor.ocr:
+            given = await extractor.image_text(data)
+        ref = await store.put_blob(thread_id, _pieces(data))
+        if found.problem is not None:
+            if extractor is not None:
+                extractor.pdf_problem(name, found.problem)
+            else:
+                log.warning("pdf_text_skipped %s: %s (stored without text)", name or "a PDF", found.problem)
         out.append(
             Part(
                 kind="image" if found.kind == "image" else "file",
@@ -130,4 +145,5 @@ async def store_parts(
                 text=given if given is not None else found.text,
             )
         )
+        del data
     return text, tuple(out)

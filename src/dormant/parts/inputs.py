@@ -61,6 +61,10 @@ class Limits:
     #: images are downscaled to this longest side before storing (0: never)
     image_max_side: int = 2048
     pdf_pages: int = 200
+    #: seconds a PDF's child process may take to count its pages and extract its text
+    pdf_timeout_s: float = 20.0
+    #: address space of a PDF-text or OCR child process (bytes)
+    child_memory_bytes: int = 512 * 1024 * 1024
     #: most characters of text kept per part (extracted PDF text beyond is cut)
     text_chars: int = 200_000
 
@@ -75,6 +79,8 @@ class Limits:
             image_pixels=settings.max_image_pixels,
             image_max_side=settings.image_max_side,
             pdf_pages=settings.max_pdf_pages,
+            pdf_timeout_s=settings.pdf_timeout_s,
+            child_memory_bytes=settings.extract_memory_bytes,
         )
 
 

@@ -4,7 +4,8 @@ Nothing here trusts a client's media type or file name: the type comes from the
 bytes. An image is opened by Pillow, its pixel count checked against the bomb limit
 *before* it is decoded, then decoded once (a truncated file is refused) and, when its
 longest side passes the limit, downscaled and re-encoded in its own format. A PDF's
-pages are counted and its text extracted by ``pypdf``, bounded in pages and characters.
+pages are counted and its text extracted by ``pypdf`` in a child process bounded in
+time and address space (:func:`dormant.parts.extract.pdf_text`), in pages and characters.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ..errors import PayloadTooLarge, UnsupportedMedia
+from .extract import pdf_text
 from .inputs import Limits
 from .png import without_bad_ancillary
 
@@ -33,6 +35,8 @@ class Checked:
     width: int = 0
     height: int = 0
     text: str | None = None
+    #: why text that could have been extracted was not (a PDF's child killed: time, RAM)
+    problem: str | None = None
 
 
 def sniff(data: bytes) -> str:
@@ -110,33 +114,10 @@ def check_file(data: bytes, limits: Limits) -> Checked:
     """``data`` as a file part: a PDF checked and its text extracted, text decoded."""
     media = sniff(data)
     if media == "application/pdf":
-        return Checked("file", data, media, text=pdf_text(data, limits))
+        found = pdf_text(data, limits)
+        return Checked("file", data, media, text=found.text, problem=found.problem)
     if media.startswith("image/"):
         return check_image(data, limits)
     if media in ("text/plain", "application/json"):
         return Checked("file", data, media, text=data.decode("utf-8")[: limits.text_chars])
     return Checked("file", data, media)
-
-
-def pdf_text(data: bytes, limits: Limits) -> str | None:
-    """The text of a PDF, at most ``limits.pdf_pages`` pages (more: refused)."""
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        pages = len(reader.pages)
-        if pages > limits.pdf_pages:
-            raise PayloadTooLarge(f"a PDF of {pages} pages is over the limit of {limits.pdf_pages}")
-        out: list[str] = []
-        size = 0
-        for page in reader.pages:
-            text = page.extract_text() or ""
-            out.append(text)
-            size += len(text)
-            if size >= limits.text_chars:
-                break
-    except PdfReadError as exc:
-        raise UnsupportedMedia(f"the PDF cannot be read: {exc}") from None
-    text = "\n".join(out).strip()[: limits.text_chars]
-    return text or None

@@ -83,7 +83,8 @@ class Part(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ``ref`` is the blob (``sha256:<hex>``) holding the bytes, stored once however often
     they are sent; ``media_type`` was sniffed from the bytes, never taken from the client.
     ``text`` is what a model that cannot see the part is shown (alt text, a caption, a
-    PDF's extracted text), None when there is none. See :mod:`dormant.parts`.
+    PDF's extracted text, the text OCR read in an image), None when there is none. See
+    :mod:`dormant.parts`.
 
     ``ref`` is empty when the bytes are no longer shown: a retention policy kept an old
     part as its facts and text only (:attr:`whole` False), or a full view shows it so.

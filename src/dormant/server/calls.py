@@ -89,7 +89,9 @@ async def send_input(
     )
     if media:
         items = [Text(body.content), *media]
-        content, parts = await store_parts(rt.store, inner, items, Limits.of(rt.settings), agent)
+        content, parts = await store_parts(
+            rt.store, inner, items, Limits.of(rt.settings), agent, rt.extractor
+        )
     item = NewInput(
         thread_id=inner,
         kind="user",

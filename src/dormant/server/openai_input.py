@@ -72,7 +72,9 @@ async def with_parts(rt: Runtime, items: list[NewInput], media: list[list[PartIn
     for item, found in zip(items, media, strict=True):
         if found:
             parts = [Text(item.content), *found]
-            text, stored = await store_parts(rt.store, item.thread_id, parts, limits, item.agent)
+            text, stored = await store_parts(
+                rt.store, item.thread_id, parts, limits, item.agent, rt.extractor
+            )
             item = msgspec.structs.replace(item, content=text, parts=stored)
         out.append(item)
     return out

@@ -42,7 +42,7 @@ async def admit_parts(
 ) -> tuple[str, tuple[Part, ...]]:
     """The input's text and its stored parts (every part checked before any is stored)."""
     items = [Text(text), *(decoded(p, n) for n, p in enumerate(parts))]
-    return await store_parts(rt.store, thread_id, items, Limits.of(rt.settings), agent)
+    return await store_parts(rt.store, thread_id, items, Limits.of(rt.settings), agent, rt.extractor)
 
 
 def served_type(head: bytes) -> str:

@@ -17,6 +17,14 @@ commit (``CommitPlan.state_json``, same transaction as the change records); only
 that does not carry it (over its bound, or last written before rows carried it)
 replays the journal.
 
+The text of what the user sent as images and files (alt text, OCR, a PDF's text:
+:mod:`dormant.parts`) is remembered the way a durable fact is: each part with text
+becomes ``event`` memories of the subject (:func:`part_memories`: type ``attachment``,
+the part's name, kind and blob, valid from when the input was admitted), queued by
+:meth:`LoopMemory.prepare` and written with the slice's commit, so a later "the invoice
+number in the photo I sent last week" recalls it. The same content sent again is merged
+into its record (dedup by content). ``SubjectOptions(remember_parts=False)`` turns it off.
+
 An agent without a subject never reaches this module: no recall, no reads, no cost.
 """
 
@@ -33,10 +41,11 @@ import msgspec
 from ..errors import InvalidInput
 from ..journal import rules as journal
 from ..memory import registers, state_events
+from ..memory.chunking import chunk_text
 from ..memory.core import HYBRID, RecallMode
 from ..memory.facts import Fact
 from ..memory.records import MemoryKind, MemoryRecord, NewMemory, Recall
-from ..records import CommitPlan, NewInput, SliceLoad
+from ..records import CommitPlan, Input, NewInput, SliceLoad
 from ..store.rows import state_row
 from ..subject import SubjectOptions
 from ..tenants.scope import tenant_of
@@ -64,6 +73,13 @@ _KINDS: dict[str, MemoryKind] = {
     "event": "event",
     "profile": "profile",
 }
+#: Memories one part's text becomes at most (chunks of PART_CHUNK_CHARS), and one slice's
+#: parts at most (the rest of a long PDF stays in the part, read by its blob).
+PART_CHUNKS = 4
+PART_CHUNK_CHARS = 1_200
+SLICE_PART_MEMORIES = 32
+#: The type tag of a part's memories (the recall intent's "attachment" topic).
+ATTACHMENT = "attachment"
 #: Automatic recall without vectors (SubjectOptions.recall_vectors False).
 TEXT_ONLY = RecallMode(vector=False)
 
@@ -202,8 +218,15 @@ class LoopMemory:
         recalled: list[tuple[str, str]] = []
         profile_entries: list[tuple[str, str]] = []
         degraded: tuple[str, ...] = ()
+        if options.remember_parts:
+            handle.adds.extend(part_memories(load.inputs, subject, load.thread.id, agent))
         if options.recall:
-            query = " ".join(item.content for item in load.inputs if item.kind != "tool_result")
+            # the parts' text first: the query is cut to its tail, the user's own words
+            query = " ".join(
+                " ".join([*(p.text for p in item.parts if p.text), item.content])
+                for item in load.inputs
+                if item.kind != "tool_result"
+            )
             mode = HYBRID if options.recall_vectors else TEXT_ONLY
             # recall and the profile read run as one job in one worker thread: two jobs
             # would each wait for the event loop's hand-off and for the interpreter lock
@@ -288,6 +311,50 @@ class LoopMemory:
             targets=targets,
             priorities=options.priorities,
         )
+
+
+def part_memories(inputs: Sequence[Input], subject: str, thread_id: str, agent: str) -> list[NewMemory]:
+    """The memories of the text of the images and files the user sent in ``inputs``:
+    per part with text, its first :data:`PART_CHUNKS` chunks, each an ``event`` tagged
+    ``type=attachment``, ``part`` (image/file), ``name`` and ``blob`` (its reference),
+    valid from the input's admission; at most :data:`SLICE_PART_MEMORIES` in all."""
+    out: list[NewMemory] = []
+    for item in inputs:
+        if item.kind != "user":
+            continue
+        for part in item.parts:
+            if not part.text or not part.text.strip():
+                continue
+            name = part.name or part.kind
+            head = (
+                f"Photo or image {name} the user sent"
+                if part.kind == "image"
+                else f"File {name} ({part.media_type}) the user sent"
+            )
+            tags: dict[str, str | int | float | bool] = {
+                "type": ATTACHMENT,
+                "part": part.kind,
+                "blob": part.ref,
+            }
+            if part.name:
+                tags["name"] = part.name[:200]
+            chunks = chunk_text(part.text, PART_CHUNK_CHARS)[:PART_CHUNKS]
+            for index, chunk in enumerate(chunks):
+                if len(out) >= SLICE_PART_MEMORIES:
+                    return out
+                out.append(
+                    NewMemory(
+                        subject=subject,
+                        text=f"{head}: {chunk}",
+                        kind="event",
+                        tags={**tags, "chunk": index} if len(chunks) > 1 else tags,
+                        agent=agent,
+                        thread=thread_id,
+                        source_thread=thread_id,
+                        valid_from=item.admitted_at if item.admitted_at > 0 else None,
+                    )
+                )
+    return out
 
 
 def _recall_and_profile(
