@@ -34,6 +34,14 @@ KEYS = {
     "turn_latency_first_ms",
     "turn_latency_last_ms",
     "counts_tokens",
+    "turn_latency_p50_ms",
+    "flatness_turns",
+    "flatness",
+    "flatness_rounds",
+    "flatness_cpu",
+    "turn_cpu_ms",
+    "turn_slice_p50_ms",
+    "rss_peak_bytes",
 }
 
 
@@ -70,6 +78,17 @@ def test_bench_scale_under_the_default_view_never_loads_the_tokenizer(tmp_path: 
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["completions"] == 8 * 20 * 2
+    assert len(summary["turn_latency_p50_ms"]) == 20
+    assert summary["flatness_turns"] == [10, 20]
+    rounds, slices = summary["turn_latency_p50_ms"], summary["turn_slice_p50_ms"]
+    assert len(slices) == 20 and min(slices) > 0
+    assert summary["flatness"] == pytest.approx(slices[19] / slices[9], abs=2e-3)
+    assert summary["flatness_rounds"] == pytest.approx(rounds[19] / rounds[9], abs=2e-3)
+    cpu = summary["turn_cpu_ms"]
+    assert len(cpu) == 20 and min(cpu) > 0
+    assert summary["flatness_cpu"] == pytest.approx(cpu[19] / cpu[9], rel=1e-2)
+    assert summary["rss_peak_bytes"] >= summary["rss_end_bytes"]
+    assert "flatness (slice p50, turn 20 / turn 10)" in result.output
     assert summary["counts_tokens"] is True, "the byte cap alone does not prove the fit"
     assert summary["tokenizer_loaded"] is False
 

@@ -33,6 +33,7 @@ SHOWN = (
     "completions_per_s",
     "rss_start_bytes",
     "rss_end_bytes",
+    "rss_peak_bytes",
     "rss_slope_kib_per_agent",
     "db_bytes_per_agent",
     "raw_bytes_per_agent",
@@ -43,6 +44,9 @@ SHOWN = (
     "slice_p99_ms",
     "turn_latency_first_ms",
     "turn_latency_last_ms",
+    "flatness",
+    "flatness_rounds",
+    "flatness_cpu",
 )
 
 
@@ -94,7 +98,13 @@ def _table(summaries: list[dict[str, object]]) -> Table:
     for s in summaries:
         table.add_column(str(s["store"]), justify="right")
     for key in SHOWN:
-        table.add_row(key, *(f"{s.get(key, '')}" for s in summaries))
+        label = key
+        if key.startswith("flatness"):
+            turns = next((s.get("flatness_turns") for s in summaries if s.get("flatness_turns")), None)
+            what = {"flatness": "slice p50", "flatness_rounds": "round"}.get(key, "CPU per turn")
+            if isinstance(turns, list):
+                label = f"{key} ({what}, turn {turns[1]} / turn {turns[0]})"
+        table.add_row(label, *(f"{s.get(key, '')}" for s in summaries))
     return table
 
 

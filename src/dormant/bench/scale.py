@@ -12,6 +12,7 @@ store's memory never pollutes another's figures.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import csv
@@ -34,6 +35,7 @@ from ..models.scripted import ScriptedModel, tool_round_trip
 from ..records import NewInput
 from ..runtime import Runtime
 from ..tools.spec import tool
+from .stats import flatness_turns, per_turn_p50, turn_ratio
 
 #: The runtime's default view cache budget (what a user gets without flags).
 DEFAULT_VIEW_CACHE_BYTES: int = Settings.model_fields["view_cache_bytes"].default
@@ -166,6 +168,22 @@ class ScaleResult:
     #: the view cache's RAM budget of the run
     view_cache_bytes: int = 0
     turn_latency_ms: list[float] = field(default_factory=list)
+    #: per turn index, the median over waves of the time the wave's turn round took
+    turn_latency_p50_ms: list[float] = field(default_factory=list)
+    #: per turn index, the median over waves of the median slice latency of the wave's round
+    turn_slice_p50_ms: list[float] = field(default_factory=list)
+    #: the turns the flatness figures compare (the middle one and the last, 1-based)
+    flatness_turns: list[int] = field(default_factory=list)
+    #: turn_slice_p50_ms of the last turn over that of the middle one (1.0: flat)
+    flatness: float | None = None
+    #: the same ratio of turn_latency_p50_ms (whole rounds: noisier, 1 sample a wave)
+    flatness_rounds: float | None = None
+    #: per turn index, the median over waves of this process's CPU time per agent-turn
+    turn_cpu_ms: list[float] = field(default_factory=list)
+    #: the same ratio of turn_cpu_ms (what load from other processes does not move)
+    flatness_cpu: float | None = None
+    #: the most RSS the process ever had (VmHWM: the kernel's high-water mark)
+    rss_peak_bytes: int = 0
     waves: list[WaveRow] = field(default_factory=list)
 
 
@@ -236,16 +254,26 @@ async def run_scale(
     rss_start = rss_bytes()
     rows: list[WaveRow] = []
     turn_times: dict[int, list[float]] = {}
+    # the slices of one turn round (2 x the wave: bounded), reduced to their median per round
+    round_slices = array.array("d")
+    slice_p50s: dict[int, list[float]] = {}
+    # CPU seconds of this process per agent-turn of each round: what other processes on
+    # the machine do not change (wall-clock latency on shared cores does)
+    turn_cpu: dict[int, list[float]] = {}
     started = time.perf_counter()
     done_turns = 0
     async with Runtime(url, [make_agent()], settings=settings) as rt:
+        rt.stats.slice_latency.sinks.append(round_slices.append)
         for first in range(0, agents, wave):
             ids = [f"agent-{i}" for i in range(first, min(first + wave, agents))]
             for turn in range(turns):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 await rt.admit(turn_inputs(ids, turn))
                 await rt.run_until_idle()
                 turn_times.setdefault(turn, []).append(time.perf_counter() - t0)
+                turn_cpu.setdefault(turn, []).append((time.process_time() - c0) / len(ids))
+                slice_p50s.setdefault(turn, []).append(statistics.median(round_slices or [0.0]))
+                del round_slices[:]
                 done_turns += len(ids)
                 if progress:
                     progress(done_turns, agents * turns)
@@ -266,6 +294,13 @@ async def run_scale(
             await before_close(rt)
     db = db_bytes(kind, url, workdir)  # a PostgreSQL run's schema is dropped only at exit
     lat = stats.slice_latency
+    p50s = per_turn_p50([turn_times[t] for t in sorted(turn_times)])
+    slice_p50 = per_turn_p50([slice_p50s[t] for t in sorted(slice_p50s)])
+    compared = list(flatness_turns(turns)) if turns >= 2 else []
+    flat = turn_ratio(slice_p50, compared[1], compared[0]) if compared else None
+    flat_rounds = turn_ratio(p50s, compared[1], compared[0]) if compared else None
+    cpu_p50 = per_turn_p50([turn_cpu[t] for t in sorted(turn_cpu)])
+    flat_cpu = turn_ratio(cpu_p50, compared[1], compared[0]) if compared else None
     result = ScaleResult(
         store=kind,
         agents=agents,
@@ -293,6 +328,14 @@ async def run_scale(
         tokenizer_loaded=tokens.encoding.cache_info().currsize > 0,
         view_cache_bytes=settings.view_cache_bytes,
         turn_latency_ms=[round(statistics.fmean(turn_times[t]) * 1000, 2) for t in sorted(turn_times)],
+        turn_latency_p50_ms=[round(v * 1000, 2) for v in p50s],
+        flatness_turns=compared,
+        turn_slice_p50_ms=[round(v * 1000, 3) for v in slice_p50],
+        flatness=None if flat is None else round(flat, 3),
+        flatness_rounds=None if flat_rounds is None else round(flat_rounds, 3),
+        turn_cpu_ms=[round(v * 1000, 4) for v in cpu_p50],
+        flatness_cpu=None if flat_cpu is None else round(flat_cpu, 3),
+        rss_peak_bytes=rss_bytes("VmHWM"),
         waves=rows,
     )
     write_outputs(result, out)

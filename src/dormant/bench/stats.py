@@ -19,12 +19,15 @@ from dataclasses import dataclass
 
 __all__ = [
     "FormulaCheck",
+    "flatness_turns",
     "formula_check",
     "linear_fit",
+    "per_turn_p50",
     "percentile",
     "percentiles",
     "ratio",
     "slope_per_unit",
+    "turn_ratio",
 ]
 
 
@@ -78,6 +81,31 @@ def ratio(ours: float, theirs: float, *, higher_is_better: bool = True) -> float
     if num <= 0 or den <= 0:
         return None
     return num / den
+
+
+def per_turn_p50(rounds: Sequence[Sequence[float]]) -> list[float]:
+    """Per turn index, the median of its samples: ``rounds[k]`` holds the times of turn
+    ``k + 1`` (one per wave, or one per agent); an empty turn gives 0.0."""
+    return [percentile(samples, 50) for samples in rounds]
+
+
+def flatness_turns(turns: int) -> tuple[int, int]:
+    """The two turns (1-based) the flatness figure compares for a run of ``turns`` turns:
+    the middle one and the last (``(20, 40)`` for 40 turns). Raises ValueError below 2."""
+    if turns < 2:
+        raise ValueError(f"a flatness figure needs at least 2 turns, not {turns}")
+    return turns // 2, turns
+
+
+def turn_ratio(latencies: Sequence[float], later: int, earlier: int) -> float | None:
+    """Latency of turn ``later`` over that of turn ``earlier`` (1-based indexes into
+    ``latencies``, turn 1 first): 1.0 is flat, 1.1 a tenth slower. None when either turn
+    is missing or took no time. Raises ValueError for a turn below 1."""
+    if later < 1 or earlier < 1:
+        raise ValueError("turns are numbered from 1")
+    if later > len(latencies) or earlier > len(latencies):
+        return None
+    return ratio(latencies[later - 1], latencies[earlier - 1], higher_is_better=True)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dormant.bench.stats import formula_check, linear_fit, percentile, percentiles, ratio, slope_per_unit
+from dormant.bench.stats import (
+    flatness_turns,
+    formula_check,
+    linear_fit,
+    per_turn_p50,
+    percentile,
+    percentiles,
+    ratio,
+    slope_per_unit,
+    turn_ratio,
+)
 
 floats = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
@@ -85,3 +95,27 @@ def test_formula_check() -> None:
         formula_check(1.0, base=-1, per_slice=0, in_flight=0, cache_budget=0)
     with pytest.raises(ValueError, match="tolerance"):
         formula_check(1.0, base=1, per_slice=0, in_flight=0, cache_budget=0, tolerance=2)
+
+
+def test_per_turn_p50_is_the_median_of_each_turn() -> None:
+    # turn 1 saw 1, 9, 2 s (median 2); turn 2 two samples (median between them); turn 3 none
+    assert per_turn_p50([[1.0, 9.0, 2.0], [4.0, 6.0], []]) == [2.0, 5.0, 0.0]
+
+
+def test_flatness_compares_the_middle_turn_with_the_last() -> None:
+    assert flatness_turns(40) == (20, 40)
+    assert flatness_turns(41) == (20, 41)
+    assert flatness_turns(2) == (1, 2)
+    with pytest.raises(ValueError, match="at least 2 turns"):
+        flatness_turns(1)
+
+
+def test_turn_ratio_is_one_based_later_over_earlier() -> None:
+    lat = [float(t) for t in range(1, 41)]  # turn t took t seconds
+    assert turn_ratio(lat, 40, 20) == 2.0
+    assert turn_ratio(lat, 20, 40) == 0.5
+    assert turn_ratio(lat, 1, 1) == 1.0
+    assert turn_ratio(lat, 41, 20) is None, "no turn 41"
+    assert turn_ratio([0.0, 1.0], 2, 1) is None, "a turn that took no time"
+    with pytest.raises(ValueError, match="numbered from 1"):
+        turn_ratio(lat, 0, 20)
