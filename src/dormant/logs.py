@@ -78,3 +78,17 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)
+
+
+def chain(exc: BaseException, depth: int = 4) -> str:
+    """``exc`` and the exceptions it was raised from (``__cause__``, else ``__context__``),
+    up to ``depth`` of them, as ``Class: message <- Class: message``: a log field that
+    names the driver error under a translated one."""
+    links: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and len(links) < depth and id(current) not in seen:
+        seen.add(id(current))
+        links.append(f"{type(current).__name__}: {str(current).strip()}")
+        current = current.__cause__ or current.__context__
+    return " <- ".join(links)

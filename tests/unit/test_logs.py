@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from dormant.cli.main import setup_logging
-from dormant.logs import MAX_FIELD_CHARS, JsonFormatter, bind, bound
+from dormant.logs import MAX_FIELD_CHARS, JsonFormatter, bind, bound, chain
 
 
 @pytest.fixture
@@ -101,3 +101,21 @@ def test_log_lines_go_to_the_current_stderr_so_a_spinner_can_print_them_above_it
     monkeypatch.setattr(sys, "stderr", swapped)
     logging.getLogger("dormant.runtime").warning("model_reply_cut thread=t: the reply hit the output cap")
     assert "model_reply_cut" in swapped.getvalue()
+
+
+def test_an_error_chain_names_the_driver_error_under_a_translated_one() -> None:
+    def raised() -> BaseException:
+        try:
+            try:
+                raise OSError("server closed the connection")
+            except OSError as low:
+                raise ValueError("lost the connection") from low
+        except ValueError as exc:
+            return exc
+
+    exc = raised()
+    assert chain(exc) == "ValueError: lost the connection <- OSError: server closed the connection"
+    assert chain(exc, depth=1) == "ValueError: lost the connection"
+    loop = RuntimeError("a")
+    loop.__cause__ = loop  # a cycle ends the chain instead of looping
+    assert chain(loop) == "RuntimeError: a"

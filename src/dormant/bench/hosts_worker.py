@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 from ..agent import Agent
 from ..config import Settings
 from ..errors import LeaseLost
+from ..logs import JsonFormatter
 from ..models.base import ModelReply, ModelRequest
 from ..models.scripted import ScriptedModel
 from ..records import Claim, CommitPlan, ToolCall
@@ -119,6 +121,9 @@ def ledgered(commit: Any, think_s: float) -> Any:
 async def main(config: dict[str, Any]) -> None:
     """Run the runtime until SIGTERM."""
     global _ledger_fd
+    handler = logging.StreamHandler(sys.stderr)  # the worker's log: JSON lines, with extras
+    handler.setFormatter(JsonFormatter())
+    logging.getLogger("dormant").addHandler(handler)
     _ledger_fd = os.open(Path(config["ledger"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     lease_s = float(config.get("lease_s", 3.0))
     settings = Settings.build(

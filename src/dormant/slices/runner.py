@@ -525,14 +525,14 @@ class SliceRunner:
                 claim.thread_id,
                 fail,
                 reason,
-                extra={"thread_id": claim.thread_id, "error": reason, "failed": fail},
+                extra={"thread_id": claim.thread_id, "error": logs.chain(exc), "failed": fail},
             )
             await self.store.release(claim, retry_at=self.clock() + delay, error=reason, fail=fail)
         except Exception as store_exc:
             # the lease will expire by itself; the inputs are still pending
             log.error(
                 "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(store_exc).__name__}: {store_exc}"},
+                extra={"thread_id": claim.thread_id, "error": logs.chain(store_exc)},
             )
 
     async def _poisoned(self, claim: Claim) -> None:
@@ -571,10 +571,9 @@ class SliceRunner:
         if isinstance(exc, Overloaded):
             delay = max(delay, capped(exc.retry_after, self.settings.retry_after_max_s))
         self.hold(delay)
-        error = f"{type(exc).__name__}: {exc}"
         log.warning(
             "slice_store_unavailable",
-            extra={"thread_id": claim.thread_id, "error": error, "retry_in_s": round(delay, 3)},
+            extra={"thread_id": claim.thread_id, "error": logs.chain(exc), "retry_in_s": round(delay, 3)},
         )
         await self._release(claim, retry_at=self.clock() + delay)
 
@@ -594,5 +593,5 @@ class SliceRunner:
         except Exception as exc:
             log.error(
                 "slice_release_failed",
-                extra={"thread_id": claim.thread_id, "error": f"{type(exc).__name__}: {exc}"},
+                extra={"thread_id": claim.thread_id, "error": logs.chain(exc)},
             )

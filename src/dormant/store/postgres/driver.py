@@ -109,3 +109,16 @@ def translate(exc: BaseException) -> BaseException:
             new = StoreError(f"PostgreSQL error {state or ''}: {text}".replace("  ", " "))
     new.__cause__ = exc
     return new
+
+
+def lost_commit(exc: BaseException) -> StoreUnreachable:
+    """The error for a batch whose connection broke before its answer came back: COMMIT
+    may or may not have reached the server. It is :class:`StoreUnreachable` (retried later,
+    never counted against a thread): retrying is safe either way, since a slice that did
+    commit finds its lease gone (the retry is fenced) and admissions are deduplicated."""
+    new = StoreUnreachable(
+        f"lost the connection to PostgreSQL during a commit ({str(exc).strip() or type(exc).__name__}); "
+        "the outcome is unknown: retry (a committed slice's lease is gone, admissions are deduplicated)"
+    )
+    new.__cause__ = exc
+    return new

@@ -26,7 +26,7 @@ import psycopg
 from ...errors import DormantError, StoreError
 from ..batching import BatchQueue
 from . import sql
-from .driver import RETRYABLE, Conn, Rows, sqlstate, translate
+from .driver import RETRYABLE, Conn, Rows, lost_commit, sqlstate, translate
 
 #: Job.notify flags: ready input (wake schedulers), new outbox entries (wake dispatchers).
 NOTIFY_THREADS, NOTIFY_OUTBOX = 1, 2
@@ -146,12 +146,7 @@ class Writer:
             except (psycopg.Error, DormantError) as exc:
                 if conn.broken or conn.closed:
                     # COMMIT may or may not have reached the server: say so, never guess
-                    err = StoreError(
-                        f"lost the connection to PostgreSQL during a commit ({exc}); "
-                        "the outcome is unknown: retry (admissions are deduplicated)"
-                    )
-                    err.__cause__ = exc
-                    return [(False, err)] * len(jobs)
+                    return [(False, lost_commit(exc))] * len(jobs)
                 await self._rollback(conn)
                 if sqlstate(exc) in RETRYABLE and attempt < BATCH_RETRIES:
                     self.retries += 1
@@ -161,7 +156,9 @@ class Writer:
                     return [(False, translate(exc))]
                 try:
                     return await self._careful(conn, jobs)
-                except psycopg.Error as exc2:
+                except (psycopg.Error, DormantError) as exc2:
+                    if conn.broken or conn.closed:
+                        return [(False, lost_commit(exc2))] * len(jobs)
                     await self._rollback(conn)
                     return [(False, translate(exc2))] * len(jobs)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -411,12 +411,14 @@ _UNDELIVERED = (
 )
 DOCTOR_UNDELIVERED = f"SELECT COUNT(*) {_UNDELIVERED}"
 DOCTOR_UNDELIVERED_SAMPLE = f"SELECT o.thread_id, o.call_id, o.status {_UNDELIVERED} ORDER BY o.id LIMIT ?"
-# a thread waits for `awaiting` results: each is an open call or an admitted result
+# a thread waits for `awaiting` results: each is an open call, a call waiting for a
+# person's decision, or an admitted result
 _STALLED = """
 FROM (
     SELECT t.id, t.awaiting,
         (SELECT COUNT(*) FROM outbox o WHERE o.thread_id = t.id
          AND o.status IN ('pending', 'running', 'external'))
+      + (SELECT COUNT(*) FROM approvals a WHERE a.thread_id = t.id AND a.status IN ('requested', 'escalated'))
       + (SELECT COUNT(*) FROM inputs i WHERE i.thread_id = t.id AND i.kind = 'tool_result') AS n
     FROM threads t WHERE t.awaiting > 0)
 WHERE awaiting > n
