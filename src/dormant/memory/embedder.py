@@ -38,6 +38,11 @@ from .fulltext import words
 Vector = tuple[float, ...]
 MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 MINILM_MAX_TOKENS = 256
+#: a batch's texts x its longest text's tokens squared, at most: onnxruntime's CPU arena
+#: keeps the largest run's buffers for the session's life, and attention's grow with the
+#: square of the length (32 texts of 256 tokens left the process 1.2 GB larger for good;
+#: with this bound, 2 of them per run, ~75 MB). 32 texts of 64 tokens fit, as before.
+ATTENTION_BUDGET = 32 * 64 * 64
 DEFAULT_BATCH = 32
 
 
@@ -213,11 +218,6 @@ class MiniLMEmbedder:
             opts.intra_op_num_threads = self._threads
             opts.inter_op_num_threads = 1
             opts.log_severity_level = 3
-            # onnxruntime's CPU arena keeps the largest run's buffers for the session's life:
-            # one batch of 32 texts of 256 tokens (attention 32 x 12 x 256 x 256 floats per
-            # layer) left the process 1.2 GB larger for good. Without it the buffers go back
-            # after each run (+30-40 MB), for the same CPU on short texts, ~1.2x on long ones.
-            opts.enable_cpu_mem_arena = False
             session = ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
             self._inputs = tuple(i.name for i in session.get_inputs())
             self._tokenizer = tok
@@ -244,13 +244,30 @@ class MiniLMEmbedder:
         """Embed in batches of similar length (less padding); the order of ``texts`` is kept."""
         if self._session is None:
             self._load()
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        lengths = [sum(e.attention_mask) for e in self._tokenizer.encode_batch(list(texts))]
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
         out: list[Vector | None] = [None] * len(texts)
-        for start in range(0, len(order), self._batch):
-            idx = order[start : start + self._batch]
+        for idx in token_batches(order, lengths, self._batch):
             for i, vec in zip(idx, self._run([texts[i] for i in idx]), strict=True):
                 out[i] = vec
         return [v for v in out if v is not None]
+
+
+def token_batches(order: Sequence[int], lengths: Sequence[int], most: int) -> list[list[int]]:
+    """``order`` (shortest text first) cut into runs of at most ``most`` texts whose count
+    times their longest length squared stays within :data:`ATTENTION_BUDGET` (a text
+    alone may exceed it)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = max(lengths[i], 1)
+        if current and (len(current) >= most or (len(current) + 1) * longest * longest > ATTENTION_BUDGET):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
 
 
 #: the pip extra that installs :class:`MultilingualEmbedder`'s engine and weights
