@@ -64,6 +64,7 @@ from ..view import ratio as ratio_rules
 from ..view.pages import PagePolicy
 from ..view.ratio import TokenRatios
 from . import compaction
+from .landing import land
 from .memory import LoopMemory, Prepared, SubjectMemory
 from .replies import (
     MAX_SCALED,
@@ -325,7 +326,7 @@ class SliceRunner:
         if counter is not None:
             await fill_counts(limits.encoding, [m.content for m in plan.messages])
             plan = counted(plan, counter)
-        await self.store.commit_slice(plan)
+        await land(self.store.commit_slice(plan))  # landed: done, even if cancelled meanwhile
 
     async def _complete(self, agent: Agent, request: ModelRequest, *, live: bool = False) -> ModelReply:
         """One model call under the model timeout; the reply cleaned. A ``live`` one (a

@@ -8,9 +8,12 @@ in-memory backlog: waiting work stays in the store. Leases of running slices are
 renewed in one store call per period; a slice whose lease was lost is cancelled
 (its commit would be refused anyway, and its model calls and inline tools would
 repeat): when a renewal says so, and when renewals keep failing until the lease
-has run out. One thread never runs two slices here at once: if the store hands
-out a thread again while its previous slice still runs (its lease lapsed), that
-slice is cancelled and the new one starts only once it has ended.
+has run out. (A slice cancelled while its commit is under way waits for it, and
+ends as done if it landed: its own commit released the lease, so a renewal just
+after it says "lost"; see :mod:`dormant.slices.landing`.) One thread never runs
+two slices here at once: if the store hands out a thread again while its previous
+slice still runs (its lease lapsed), that slice is cancelled and the new one starts
+only once it has ended.
 
 The loop survives the store failing under it (locked by another process, disk
 full, ...): a failed claim is logged and retried with a capped backoff, and
