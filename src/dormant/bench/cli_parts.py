@@ -124,7 +124,22 @@ def images(
         f"{slopes['agent_scale']}",
         soft_wrap=True,
     )
-    console.print(f"extra per slice with images: {json.dumps(summary['extra_per_slice'])}", soft_wrap=True)
+    tp = runs["images"]["text_probe"]
+    im = runs["images"]
+    console.print(
+        f"probe slices in turn, same store ({im['probes']} each): images p50 {im['probe_p50_ms']} ms / p95 "
+        f"{im['probe_p95_ms']} ms / CPU {im['probe_cpu_ms']} ms; text only p50 {tp['p50_ms']} ms / p95 "
+        f"{tp['p95_ms']} ms / CPU {tp['cpu_ms']} ms",
+        soft_wrap=True,
+    )
+    console.print(
+        f"extra per slice with images (paired probes): {json.dumps(summary['extra_per_probe_slice_paired'])}",
+        soft_wrap=True,
+    )
+    console.print(
+        f"extra per slice with images (the waves, separate runs): {json.dumps(summary['extra_per_slice'])}",
+        soft_wrap=True,
+    )
     console.print(f"wrote {out / 'summary.json'}")
 
 

@@ -196,6 +196,9 @@ class ImagesResult:
     probe_p95_ms: float = 0.0
     probe_cpu_ms: float = 0.0
     probe_cpu_p95_ms: float = 0.0
+    #: with images: the same probes on text-only threads of the same store, taken in turn
+    #: with the image ones (``p50_ms``, ``p95_ms``, ``cpu_ms``, ``cpu_p95_ms``)
+    text_probe: dict[str, float] = field(default_factory=dict)
     #: what the loopback server received: requests, data-URI images, bytes, the largest body
     server: dict[str, int] = field(default_factory=dict)
     concurrency: int = 0
@@ -315,28 +318,56 @@ async def run_images(
     return result
 
 
+def _probe_figures(latencies: list[float], cpus: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(latencies, 50) * 1000, 3),
+        "p95_ms": round(percentile(latencies, 95) * 1000, 3),
+        "cpu_ms": round(percentile(cpus, 50) * 1000, 3),
+        "cpu_p95_ms": round(percentile(cpus, 95) * 1000, 3),
+    }
+
+
 async def _probe(
     rt: Runtime, result: ImagesResult, threads: list[int], progress: Callable[[int, int], None] | None
 ) -> None:
-    """One more text to each of ``threads``, one slice at a time: latency and CPU per slice."""
-    latencies: list[float] = []
-    cpus: list[float] = []
-    rt.stats.slice_latency.sinks.append(latencies.append)
+    """One more text to each of ``threads``, one slice at a time: latency and CPU per slice.
+
+    With images, as many text-only threads are written first and probed in turn with the
+    image threads (image, text, image, ...), so both see the same machine load."""
+    paired = result.mode == "images"
+    if paired:
+        for i in range(len(threads)):
+            await rt.send(f"text-{i}", USER_TEXT, dedup_key="photos")
+        await rt.run_until_idle()
+    order = [(f"agent-{n}", "images") for n in threads]
+    if paired:
+        texts = [(f"text-{i}", "text") for i in range(len(threads))]
+        order = [x for pair in zip(order, texts, strict=True) for x in pair]
+    seen: dict[str, tuple[list[float], list[float]]] = {"images": ([], []), "text": ([], [])}
+    latest: list[float] = []
+    rt.stats.slice_latency.sinks.append(latest.append)
     try:
-        for done, n in enumerate(threads, 1):
-            await rt.send(f"agent-{n}", PROBE_TEXT, dedup_key="probe")
+        for done, (thread, kind) in enumerate(order, 1):
+            await rt.send(thread, PROBE_TEXT, dedup_key="probe")
+            latest.clear()
             c0 = _cpu()
             await rt.run_until_idle()
-            cpus.append(_cpu() - c0)
-            if progress:
-                progress(result.agents + done, result.agents + len(threads))
+            seen[kind][1].append(_cpu() - c0)
+            seen[kind][0].extend(latest)
+            if progress and (not paired or done % 2 == 0):
+                progress(result.agents + (done + 1) // (2 if paired else 1), result.agents + len(threads))
     finally:
-        rt.stats.slice_latency.sinks.remove(latencies.append)
-    result.probes = len(latencies)
-    result.probe_p50_ms = round(percentile(latencies, 50) * 1000, 3)
-    result.probe_p95_ms = round(percentile(latencies, 95) * 1000, 3)
-    result.probe_cpu_ms = round(percentile(cpus, 50) * 1000, 3)
-    result.probe_cpu_p95_ms = round(percentile(cpus, 95) * 1000, 3)
+        rt.stats.slice_latency.sinks.remove(latest.append)
+    mine = _probe_figures(*seen["images" if paired else "text"])
+    result.probes = len(threads)
+    result.probe_p50_ms, result.probe_p95_ms = mine["p50_ms"], mine["p95_ms"]
+    result.probe_cpu_ms, result.probe_cpu_p95_ms = mine["cpu_ms"], mine["cpu_p95_ms"]
+    if paired:
+        result.text_probe = _probe_figures(*seen["text"])
+
+
+#: the figures of a probe, as :attr:`ImagesResult.text_probe` names them
+PAIRED = ("p50_ms", "p95_ms", "cpu_ms", "cpu_p95_ms")
 
 
 def write_outputs(result: ImagesResult, out: Path) -> None:
