@@ -412,6 +412,9 @@ def compare(text: dict[str, Any], images: dict[str, Any], scale_slope: float | N
         "rss_end_bytes": {"images": images["rss_end_bytes"], "text": text["rss_end_bytes"]},
         "rss_peak_bytes": {"images": images["rss_peak_bytes"], "text": text["rss_peak_bytes"]},
         "extra_per_slice": extra_cost({k: float(images[k]) for k in keys}, {k: float(text[k]) for k in keys}),
+        "extra_per_probe_slice_paired": extra_cost(
+            {k: float(images[f"probe_{k}"]) for k in PAIRED}, dict(images.get("text_probe") or {})
+        ),
     }
 
 
