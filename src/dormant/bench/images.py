@@ -58,6 +58,8 @@ from .stats import percentile, slope_per_unit
 
 MODES = ("text", "images")
 IMAGES_PER_AGENT = 5
+#: seed of the shared picture: no image number g (the seed of picture g) reaches it
+SHARED_SEED = 2**40
 #: side of each photo: 256 x 256 RGB of random pixels is ~197 KB as a PNG
 IMAGE_SIDE = 256
 USER_TEXT = "What is wrong with the parcel in these photos?"
@@ -201,6 +203,9 @@ class ImagesResult:
     text_probe: dict[str, float] = field(default_factory=dict)
     #: what the loopback server received: requests, data-URI images, bytes, the largest body
     server: dict[str, int] = field(default_factory=dict)
+    #: what the store holds at the end, read from its ``blobs`` table: blobs and their bytes
+    blobs: int = 0
+    blob_bytes: int = 0
     concurrency: int = 0
     tokenizer_loaded: bool = False
     waves: list[Wave] = field(default_factory=list)
@@ -213,6 +218,18 @@ def _cpu() -> float:
 def _sizes(workdir: Path) -> tuple[int, int]:
     db, wal = workdir / "images.db", workdir / "images.db-wal"
     return (db.stat().st_size if db.exists() else 0, wal.stat().st_size if wal.exists() else 0)
+
+
+def _blob_rows(db: Path) -> tuple[int, int]:
+    """Complete blobs in the SQLite file ``db`` and the sum of their sizes."""
+    import apsw
+
+    conn = apsw.Connection(str(db))
+    try:
+        row = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM blobs WHERE size >= 0").fetchone()
+    finally:
+        conn.close()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -259,7 +276,7 @@ async def run_images(
     settings = Settings.build(store=url)
     server, base_url = start_server()
     result = ImagesResult(mode=mode, agents=agents, wave=wave, concurrency=settings.concurrency)
-    shared = noise_png(-1, side) if mode == "images" else b""
+    shared = noise_png(SHARED_SEED, side) if mode == "images" else b""
     own_sizes: list[int] = []
     trim()
     result.rss_start_bytes = rss_bytes()
@@ -304,6 +321,7 @@ async def run_images(
     finally:
         server.kill()
         server.wait()
+    result.blobs, result.blob_bytes = _blob_rows(workdir / "images.db")
     total, copies, distinct = image_counts(agents) if mode == "images" else (0, 0, 0)
     result.images_sent, result.shared_copies, result.distinct_pictures = total, copies, distinct
     result.unique_bytes = unique_bytes(len(shared), own_sizes) if mode == "images" else 0
@@ -339,7 +357,7 @@ async def _probe(
         for i in range(len(threads)):
             await rt.send(f"text-{i}", USER_TEXT, dedup_key="photos")
         await rt.run_until_idle()
-    order = [(f"agent-{n}", "images") for n in threads]
+    order = [(f"agent-{n}", "images" if paired else "text") for n in threads]
     if paired:
         texts = [(f"text-{i}", "text") for i in range(len(threads))]
         order = [x for pair in zip(order, texts, strict=True) for x in pair]
