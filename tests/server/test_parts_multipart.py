@@ -176,10 +176,9 @@ async def test_a_large_upload_is_stored_without_the_server_holding_it(tmp_path: 
     process's RSS, sampled every 5 ms by a watcher process, grows by under 10 MB."""
     import json
     import signal
-    import subprocess
     import sys
 
-    from dormant.bench.upload import BOUNDARY, body
+    from dormant.bench.upload import BOUNDARY, body, until_catching
 
     size = 24 * 1024 * 1024
     limits: dict[str, Any] = {"max_part_bytes": 32 * 1024 * 1024, "max_input_parts_bytes": 32 * 1024 * 1024}
@@ -190,11 +189,11 @@ async def test_a_large_upload_is_stored_without_the_server_holding_it(tmp_path: 
         assert warm.status_code == 202, warm.text
         before = rss()
         report = tmp_path / "rss.json"
-        watcher = subprocess.Popen(
-            [sys.executable, "-m", "dormant.bench.rsswatch", str(os.getpid()), str(report), "0.005"]
+        watcher = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dormant.bench.rsswatch", str(os.getpid()), str(report), "0.005"
         )
         try:
-            await asyncio.sleep(1.0)  # the watcher has started sampling
+            await until_catching(watcher.pid)
             r = await c.post("/v1/threads/big/inputs", content=body(size, "big.bin"), headers=form)
             assert r.status_code == 202, r.text
 
@@ -204,7 +203,7 @@ async def test_a_large_upload_is_stored_without_the_server_holding_it(tmp_path: 
             await eventually(replied)
         finally:
             watcher.send_signal(signal.SIGTERM)
-            watcher.wait(10)
+            await asyncio.wait_for(watcher.wait(), 10)
         (part,) = (await messages(c, "big"))[0]["parts"]
         assert part["size"] == size and part["media_type"] == "application/octet-stream"
         watched = json.loads(report.read_text())

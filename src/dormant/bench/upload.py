@@ -56,6 +56,26 @@ class UploadFigures:
     passed: bool = False
 
 
+async def until_catching(pid: int, timeout: float = 30.0) -> None:
+    """Wait until process ``pid`` catches SIGTERM (the watcher set its handler up: a
+    SIGTERM before that would end it without its report)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if catches_sigterm(pid):
+                return
+            await asyncio.sleep(0.02)
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (``SigCgt`` in /proc)."""
+    bit = 1 << (signal.SIGTERM - 1)
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & bit)
+    return False
+
+
 def growth(before: int, peak: int) -> int:
     """How far the peak RSS went above the RSS before (0 when it never did)."""
     return max(0, peak - before)
@@ -130,7 +150,8 @@ async def run(out: Path, mib: int = 50, interval: float = 0.005) -> UploadFigure
                 watcher = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "dormant.bench.rsswatch", str(proc.pid), str(report), str(interval)
                 )
-                await asyncio.sleep(1.0)  # the watcher has started sampling
+                await until_catching(watcher.pid)
+                await asyncio.sleep(0.1)  # sampling
                 started = time.perf_counter()
                 r = await _upload(c, "big", size)
                 fig.upload_s = round(time.perf_counter() - started, 3)

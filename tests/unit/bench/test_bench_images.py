@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dormant.bench.images import (
     IMAGES_PER_AGENT,
+    SHARED_SEED,
     agent_images,
     compare,
     extra_cost,
@@ -111,11 +112,14 @@ def test_the_pictures_are_valid_distinct_png_of_about_200_kb() -> None:
         assert img.size == (256, 256) and img.format == "PNG"
     assert 190_000 < len(data) < 210_000
     assert noise_png(7) == data and noise_png(8) != data
-    shared = noise_png(-1)
+    shared = noise_png(SHARED_SEED)
     images, own = agent_images(1, shared)
     assert [b is shared for b in images] == [False, True, False, True, False]
     assert own == [len(images[0]), len(images[2]), len(images[4])]
     assert len({*images}) == 4
+    # no picture of its own is the shared one (seeds are image numbers; the shared seed is none)
+    first, _ = agent_images(0, shared)
+    assert shared not in (first[1], first[3])
 
 
 def test_the_loopback_server_counts_data_uri_images_in_the_adapters_body() -> None:
