@@ -5,6 +5,7 @@ the pictures and the loopback server's counting."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import msgspec
 import pytest
@@ -87,9 +88,12 @@ def test_compare_reports_the_targets_figures() -> None:
         "probe_p95_ms",
         "probe_cpu_ms",
     )
-    text = {k: 1.0 for k in keys} | {"store_bytes": 1_000, "rss_slope_kib_per_agent": 0.01}
+    text: dict[str, Any] = {k: 1.0 for k in keys} | {"store_bytes": 1_000, "rss_slope_kib_per_agent": 0.01}
     text |= {"rss_end_bytes": 70, "rss_peak_bytes": 80}
-    images = {k: 3.0 for k in keys} | {"store_bytes": 111_000, "rss_slope_kib_per_agent": 0.02}
+    images: dict[str, Any] = {k: 3.0 for k in keys} | {
+        "store_bytes": 111_000,
+        "rss_slope_kib_per_agent": 0.02,
+    }
     images |= {"rss_end_bytes": 71, "rss_peak_bytes": 90, "unique_bytes": 100_000, "agents": 2}
     images |= {"images_sent": 10, "shared_copies": 5, "distinct_pictures": 6, "probe_cpu_p95_ms": 4.0}
     images["text_probe"] = {"p50_ms": 2.0, "p95_ms": 2.0, "cpu_ms": 1.5, "cpu_p95_ms": 2.0}
