@@ -3,6 +3,7 @@ limit checked on the way (413/415/422 at once, nothing written), the parts in /m
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -168,6 +169,46 @@ async def test_a_huge_upload_is_refused_reading_only_up_to_the_limit(tmp_path: P
         assert r.status_code == 413 and sent == 40 * 1024 * 1024, r.text
         assert rss() - before < 20 * 1024 * 1024
     assert counts(db) == (0, 0, 0)
+
+
+async def test_a_large_upload_is_stored_without_the_server_holding_it(tmp_path: Path) -> None:
+    """24 MiB of an opaque file taken through the live server: stored whole, while the
+    process's RSS, sampled every 5 ms by a watcher process, grows by under 10 MB."""
+    import json
+    import signal
+    import sys
+
+    from dormant.bench.upload import BOUNDARY, body, until_catching
+
+    size = 24 * 1024 * 1024
+    limits: dict[str, Any] = {"max_part_bytes": 32 * 1024 * 1024, "max_input_parts_bytes": 32 * 1024 * 1024}
+    db = tmp_path / "d.db"
+    form = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    async with serve(AGENTS, store=f"sqlite:///{db}", **limits) as s, s.client() as c:
+        warm = await c.post("/v1/threads/warm/inputs", content=body(1024 * 1024, "w.bin"), headers=form)
+        assert warm.status_code == 202, warm.text
+        before = rss()
+        report = tmp_path / "rss.json"
+        watcher = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dormant.bench.rsswatch", str(os.getpid()), str(report), "0.005"
+        )
+        try:
+            await until_catching(watcher.pid)
+            r = await c.post("/v1/threads/big/inputs", content=body(size, "big.bin"), headers=form)
+            assert r.status_code == 202, r.text
+
+            async def replied() -> bool:
+                return len(await messages(c, "big")) >= 2
+
+            await eventually(replied)
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(watcher.wait(), 10)
+        (part,) = (await messages(c, "big"))[0]["parts"]
+        assert part["size"] == size and part["media_type"] == "application/octet-stream"
+        watched = json.loads(report.read_text())
+        assert watched["samples"] > 10
+        assert watched["max_rss_bytes"] - before < 10 * 1000 * 1000, watched
 
 
 def rss() -> int:

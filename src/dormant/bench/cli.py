@@ -1,5 +1,5 @@
 """``dormant bench`` commands: ``scale``, ``plot``, ``chaos``, ``hosts``, ``context``, ``governor``,
-``recall`` and ``mcp``."""
+``recall``, ``mcp``, ``images`` and ``upload``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .cli_matrix import matrix, peers
+from .cli_parts import register as _register_parts
 from .cli_server import register as _register_server
 from .extra import bench_extra_message
 from .hosts_cli import hosts
@@ -558,5 +559,6 @@ def retention(
     Console().print_json(json.dumps(summary))
 
 
-# the server and MCP benchmarks live in their own module (this one stays short)
+# the server, MCP and content-parts benchmarks live in their own modules (this one stays short)
 _register_server(bench_app)
+_register_parts(bench_app)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import AsyncIterable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -12,7 +13,7 @@ from ..errors import InvalidInput, PayloadTooLarge
 from ..records import BlobRef, Part
 from .extract import Extractor, log
 from .inputs import File, Image, Limits, PartInput, Text, read_source
-from .media import Checked, check_file, check_image
+from .media import Checked, check_file, check_image, sniff
 
 
 class BlobWriter(Protocol):
@@ -51,10 +52,54 @@ class Passed:
     name: str | None
     size: int
     reread: str | None = None
+    #: an opaque file read in pieces, never whole: stored the same way (:func:`file_pieces`)
+    streamed: bool = False
+
+
+#: Bytes of a file's head that tell whether it is opaque (sniffed: a NUL in its first 8 KiB).
+HEAD_BYTES = 8192
+
+
+def _opaque_path(part: Image | File) -> bool:
+    """Whether ``part`` is a file path whose head alone makes it an opaque file (no
+    magic number, a NUL in its first 8 KiB: what :func:`sniff` of all its bytes says)."""
+    if not isinstance(part, File) or isinstance(part.source, bytes):
+        return False
+    try:
+        with open(part.source, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    except OSError:
+        return False  # read_source says why
+    return b"\x00" in head and sniff(head) == "application/octet-stream"
+
+
+def file_pieces(path: str | os.PathLike[str], limit: int, digest: str | None = None) -> Iterator[bytes]:
+    """The bytes of the file at ``path`` in :data:`PIECE` pieces (PayloadTooLarge past
+    ``limit``). With ``digest``, the SHA-256 of all of them is checked at the end, before
+    the iteration ends: InvalidInput if the file changed (a blob put then stores nothing)."""
+    sha = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while piece := fh.read(PIECE):
+            size += len(piece)
+            if size > limit:
+                raise PayloadTooLarge(f"part {os.path.basename(path)!r} is over the limit of {limit} bytes")
+            sha.update(piece)
+            yield piece
+    if digest is not None and sha.hexdigest() != digest:
+        raise InvalidInput(f"part {os.path.basename(path)!r} changed while it was being sent")
 
 
 def check(part: Image | File, limits: Limits) -> Passed:
     """One part's bytes read (bounded) and checked; its name (the caller's, else the path's)."""
+    if _opaque_path(part):  # nothing to decode or extract: hashed in pieces, never whole in RAM
+        assert not isinstance(part.source, bytes)
+        sha, size = hashlib.sha256(), 0
+        for piece in file_pieces(part.source, limits.part_bytes):
+            sha.update(piece)
+            size += len(piece)
+        found = Checked("file", b"", "application/octet-stream")
+        return Passed(found, part.name or os.path.basename(part.source), size, sha.hexdigest(), streamed=True)
     data, path_name = read_source(part.source, limits.part_bytes)
     checked = check_image(data, limits) if isinstance(part, Image) else check_file(data, limits)
     name = part.name or path_name
@@ -121,13 +166,20 @@ async def store_parts(
         await store.create_thread(thread_id, agent)
     for passed, p in checked:
         found, name = passed.checked, passed.name
-        data = (
-            found.data if passed.reread is None else await asyncio.to_thread(reread, p, limits, passed.reread)
-        )
         given = p.alt if isinstance(p, Image) else p.text
-        if given is None and found.kind == "image" and extractor is not None and extractor.ocr:
-            given = await extractor.image_text(data)
-        ref = await store.put_blob(thread_id, _pieces(data))
+        if passed.streamed:
+            assert not isinstance(p.source, bytes)
+            ref = await store.put_blob(thread_id, file_pieces(p.source, limits.part_bytes, passed.reread))
+        else:
+            data = (
+                found.data
+                if passed.reread is None
+                else await asyncio.to_thread(reread, p, limits, passed.reread)
+            )
+            if given is None and found.kind == "image" and extractor is not None and extractor.ocr:
+                given = await extractor.image_text(data)
+            ref = await store.put_blob(thread_id, _pieces(data))
+            del data
         if found.problem is not None:
             if extractor is not None:
                 extractor.pdf_problem(name, found.problem)
@@ -145,5 +197,4 @@ async def store_parts(
                 text=given if given is not None else found.text,
             )
         )
-        del data
     return text, tuple(out)

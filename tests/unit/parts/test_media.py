@@ -114,3 +114,36 @@ def test_a_path_parts_checked_bytes_are_dropped_and_read_again_unchanged(tmp_pat
         reread(File(path), Limits(), passed.reread)
     kept = check(File(pdf("No 9")), Limits())  # bytes given: kept as they are
     assert kept.checked.data == pdf("No 9") and kept.reread is None
+
+
+async def test_an_opaque_file_path_is_hashed_and_stored_in_pieces_never_whole(tmp_path: Path) -> None:
+    import hashlib
+
+    from dormant.errors import InvalidInput, NotFound
+    from dormant.parts.admit import PIECE, check, file_pieces, store_parts
+    from dormant.store import open_store
+
+    path = tmp_path / "archive.bin"
+    data = b"\x00\x01" + bytes(range(256)) * (3 * PIECE // 256)
+    path.write_bytes(data)
+    passed = check(File(path), Limits())
+    assert passed.streamed and passed.checked.data == b"" and passed.size == len(data)
+    assert passed.reread == hashlib.sha256(data).hexdigest() and passed.name == "archive.bin"
+    assert max(len(p) for p in file_pieces(path, len(data))) == PIECE
+    text = tmp_path / "notes.txt"  # text has its text extracted: read whole, as before
+    text.write_bytes(b"plain words")
+    assert not check(File(text), Limits()).streamed
+    store = open_store("memory://")
+    await store.open()
+    try:
+        _, (part,) = await store_parts(store, "t1", [File(path)], Limits(), agent="a")
+        assert part.size == len(data) and part.ref == f"sha256:{passed.reread}"
+        assert part.media_type == "application/octet-stream"
+        changed = data[:-1] + b"\x07"
+        path.write_bytes(changed)  # changed between its check and its store: refused, nothing stored
+        with pytest.raises(InvalidInput, match="changed"):
+            await store.put_blob("t1", file_pieces(path, len(data), passed.reread))
+        with pytest.raises(NotFound):
+            await store.get_blob("t1", f"sha256:{hashlib.sha256(changed).hexdigest()}")
+    finally:
+        await store.close()
