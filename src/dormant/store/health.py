@@ -11,7 +11,9 @@ renders them for ``dormant doctor``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
+
+import msgspec
 
 Level = Literal["ok", "info", "warn", "fail"]
 LEVELS: tuple[Level, ...] = ("ok", "info", "warn", "fail")
@@ -66,24 +68,25 @@ class Report:
         }
 
 
-class WorkFacts(Protocol):
-    """What a backend's doctor read of the work in its store (samples are short lists)."""
+class WorkFacts(msgspec.Struct, kw_only=True):
+    """What a backend's doctor read of the work in its store (samples are short lists);
+    each backend's facts extend it with what only that backend has."""
 
-    schema_version: int | None
+    schema_version: int | None = None
     expected_version: int
-    threads: int
-    failed_threads: int
-    failed_sample: list[tuple[str, int, str]]
-    expired_leases: int
-    expired_sample: list[tuple[str, str]]
-    overdue_threads: int
-    outbox_by_status: dict[str, int]
-    expired_calls: int
-    overdue_calls: int
-    undelivered: int
-    undelivered_sample: list[tuple[str, str, str]]
-    stalled_threads: int
-    stalled_sample: list[tuple[str, int, int]]
+    threads: int = 0
+    failed_threads: int = 0
+    failed_sample: list[tuple[str, int, str]] = msgspec.field(default_factory=list)
+    expired_leases: int = 0
+    expired_sample: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    overdue_threads: int = 0
+    outbox_by_status: dict[str, int] = msgspec.field(default_factory=dict)
+    expired_calls: int = 0
+    overdue_calls: int = 0
+    undelivered: int = 0
+    undelivered_sample: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
+    stalled_threads: int = 0
+    stalled_sample: list[tuple[str, int, int]] = msgspec.field(default_factory=list)
 
 
 def judge_schema(facts: WorkFacts, url: str, restore: str) -> Finding:

@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from ...urls import scrub
+from ..health import WorkFacts
 from . import doctor_sql as q
 from .schema import SCHEMA_VERSION
 
@@ -32,7 +33,7 @@ T = TypeVar("T")
 MAX_ROWS = 50
 
 
-class PgFacts(msgspec.Struct, kw_only=True):
+class PgFacts(WorkFacts, kw_only=True):
     """What :func:`inspect_postgres` found. Samples hold at most ``sample`` items."""
 
     connect_error: str | None = None
@@ -41,25 +42,11 @@ class PgFacts(msgspec.Struct, kw_only=True):
     schema: str = ""
     in_recovery: bool = False
     now: float = 0.0
-    schema_version: int | None = None
     expected_version: int = SCHEMA_VERSION
     amcheck: str = "skipped"  # skipped (quick) | missing | available | checked
     amcheck_indexes: int = 0
     amcheck_failed: int = 0
     amcheck_errors: list[str] = msgspec.field(default_factory=list)
-    threads: int = 0
-    failed_threads: int = 0
-    failed_sample: list[tuple[str, int, str]] = msgspec.field(default_factory=list)
-    expired_leases: int = 0
-    expired_sample: list[tuple[str, str]] = msgspec.field(default_factory=list)
-    overdue_threads: int = 0
-    outbox_by_status: dict[str, int] = msgspec.field(default_factory=dict)
-    expired_calls: int = 0
-    overdue_calls: int = 0
-    undelivered: int = 0
-    undelivered_sample: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
-    stalled_threads: int = 0
-    stalled_sample: list[tuple[str, int, int]] = msgspec.field(default_factory=list)
     dead_after_s: float = 4.0
     workers: int = 0
     #: (id, host, pid, seconds since its heartbeat, thread leases, call leases), oldest beat first

@@ -19,13 +19,14 @@ from typing import Any, TypeVar
 import apsw
 import msgspec
 
+from ..health import WorkFacts
 from . import sql
 from .connect import SCHEMA, path_from_url
 
 T = TypeVar("T")
 
 
-class SQLiteFacts(msgspec.Struct, kw_only=True):
+class SQLiteFacts(WorkFacts, kw_only=True):
     """What :func:`inspect_sqlite` found. Samples hold at most ``sample`` items."""
 
     path: str
@@ -34,26 +35,12 @@ class SQLiteFacts(msgspec.Struct, kw_only=True):
     integrity_mode: str = "full"
     integrity: list[str] = msgspec.field(default_factory=list)
     foreign_key_errors: int = 0
-    schema_version: int | None = None
     expected_version: int = SCHEMA.version
     db_bytes: int = 0
     wal_bytes: int = 0
     page_size: int = 0
     page_count: int = 0
     freelist_pages: int = 0
-    threads: int = 0
-    failed_threads: int = 0
-    failed_sample: list[tuple[str, int, str]] = msgspec.field(default_factory=list)
-    expired_leases: int = 0
-    expired_sample: list[tuple[str, str]] = msgspec.field(default_factory=list)
-    overdue_threads: int = 0
-    outbox_by_status: dict[str, int] = msgspec.field(default_factory=dict)
-    expired_calls: int = 0
-    overdue_calls: int = 0
-    undelivered: int = 0
-    undelivered_sample: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
-    stalled_threads: int = 0
-    stalled_sample: list[tuple[str, int, int]] = msgspec.field(default_factory=list)
     read_errors: list[str] = msgspec.field(default_factory=list)
 
 
