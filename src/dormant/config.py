@@ -63,6 +63,12 @@ class Settings(BaseModel):
         ge=0,
         description="most bytes of parts one thread takes in a UTC day (0: no limit)",
     )
+    part_bytes_in_flight: int = Field(
+        64 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="most bytes of images and files (base64) the model requests in flight in this "
+        "process hold; a request waits its turn past it (one larger than it goes alone)",
+    )
     max_parts_per_input: int = Field(16, ge=1, le=256, description="most images and files one input carries")
     max_image_pixels: int = Field(
         40_000_000, ge=1024, description="images with more pixels are refused (decompression bombs)"

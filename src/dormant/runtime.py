@@ -40,6 +40,7 @@ from .memory.facade import Memory
 from .metrics import RuntimeStats
 from .models.base import ModelEvent
 from .parts import Extractor, Limits, PartInput, Text, store_parts
+from .parts import budget as part_budget
 from .records import Admission, Claim, Message, NewInput, Page, Priority, StoreStatus, Thread
 from .retention.loop import RetentionLoop
 from .retention.policy import RetentionPolicy
@@ -84,6 +85,7 @@ class Runtime(ApprovalApi, JournalApi):
         #: text from images (OCR, ``DORMANT_OCR``: a missing tesseract is a UsageError
         #: here, at start-up) and the counters of both extractors (``extractor.stats``)
         self.extractor = Extractor.of(self.settings)
+        part_budget.SHARED.limit = self.settings.part_bytes_in_flight  # the process's (dormant.parts.budget)
         if isinstance(store, str):
             store = open_store(store, **store_options(store, self.settings))
         self.store: Store = store

@@ -5,6 +5,8 @@ leave nothing behind."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,12 @@ import apsw
 import pytest
 
 from dormant import Agent, Runtime
+from dormant.bench.images import noise_png
 from dormant.errors import PayloadTooLarge, UnsupportedMedia
 from dormant.models.openai import OpenAIChatModel
 from dormant.parts import File, Image, Text
+from dormant.parts import budget as part_budget
+from dormant.parts.budget import PartBudget, encoded_size
 from tests.helpers import all_messages
 from tests.integration.conftest import fast_settings
 from tests.media_samples import pdf, png
@@ -135,3 +140,34 @@ async def test_a_full_view_sends_its_oldest_image_as_text_and_keeps_its_text(
         {"type": "text", "text": "[image: parcel.png, 1024\N{MULTIPLICATION SIGN}768, no text]"},
     ], "the photo's message stays, its photo as text"
     assert sum("note " in str(m["content"]) for m in messages) == notes  # no note left out
+
+
+async def test_slices_with_images_take_turns_under_the_part_budget(
+    tmp_path: Path, server: ScriptServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six slices at once, each request two incompressible images (~525 KB as base64),
+    under a 1 MiB budget: the requests reach the server one at a time, every slice ends."""
+    budget = PartBudget()
+    monkeypatch.setattr(part_budget, "SHARED", budget)
+    vision = OpenAIChatModel(model="v", base_url=server.base_url, max_retries=0, dialect="vision")
+    server.script(*(dataclasses.replace(text_reply("seen"), delay=0.2) for _ in range(6)))
+    settings = fast_settings(part_bytes_in_flight=1024 * 1024, concurrency=6)
+    try:
+        async with Runtime(
+            f"sqlite:///{tmp_path / 'd.db'}", [Agent(name="v", model=vision)], settings=settings
+        ) as rt:
+            assert budget.limit == 1024 * 1024  # the runtime set the process's budget
+            for i in range(6):
+                await rt.send(f"t{i}", "look", parts=[Image(noise_png(2 * i)), Image(noise_png(2 * i + 1))])
+            await rt.run_until_idle(timeout=30)
+            for i in range(6):
+                assert [m.content for m in await all_messages(rt.store, f"t{i}")][-1] == "seen"
+    finally:
+        await vision.aclose()
+    one = 2 * encoded_size(len(noise_png(0)))
+    s = budget.stats()
+    assert (s.held, s.holders, s.waiting) == (0, 0, 0)
+    assert s.peak == one and s.waits >= 1
+    arrivals = sorted(r.at for r in server.received)
+    assert len(arrivals) == 6
+    assert all(b - a >= 0.15 for a, b in itertools.pairwise(arrivals))  # one at a time

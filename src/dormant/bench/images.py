@@ -52,6 +52,7 @@ from ..agent import Agent
 from ..config import Settings
 from ..models.openai import OpenAIChatModel
 from ..parts import Image
+from ..parts import budget as part_budget
 from ..runtime import Runtime
 from .scale import rss_bytes, trim
 from .stats import percentile, slope_per_unit
@@ -187,6 +188,9 @@ class ImagesResult:
     rss_end_bytes: int = 0
     rss_peak_bytes: int = 0
     rss_slope_kib_per_agent: float = 0.0
+    #: the part budget (dormant.parts.budget): most bytes held at once, requests that waited
+    part_bytes_peak: int = 0
+    part_budget_waits: int = 0
     slices: int = 0
     #: the waves' slices (up to ``concurrency`` at once): latency and CPU per slice
     slice_p50_ms: float = 0.0
@@ -330,6 +334,8 @@ async def run_images(
     result.admit_s = round(result.admit_s, 2)
     result.rss_end_bytes = result.waves[-1].rss_bytes
     result.rss_peak_bytes = rss_bytes("VmHWM")
+    held = part_budget.SHARED.stats()
+    result.part_bytes_peak, result.part_budget_waits = held.peak, held.waits
     result.rss_slope_kib_per_agent = round(wave_slope([(w.agents, w.rss_bytes) for w in result.waves]), 4)
     write_outputs(result, out)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -429,6 +435,8 @@ def compare(text: dict[str, Any], images: dict[str, Any], scale_slope: float | N
         },
         "rss_end_bytes": {"images": images["rss_end_bytes"], "text": text["rss_end_bytes"]},
         "rss_peak_bytes": {"images": images["rss_peak_bytes"], "text": text["rss_peak_bytes"]},
+        "part_bytes_peak": images.get("part_bytes_peak", 0),
+        "part_budget_waits": images.get("part_budget_waits", 0),
         "extra_per_slice": extra_cost({k: float(images[k]) for k in keys}, {k: float(text[k]) for k in keys}),
         "extra_per_probe_slice_paired": extra_cost(
             {k: float(images[f"probe_{k}"]) for k in PAIRED}, dict(images.get("text_probe") or {})

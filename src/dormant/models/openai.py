@@ -27,7 +27,7 @@ import random
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -35,7 +35,8 @@ import httpx
 import msgspec
 
 from ..errors import ModelError
-from ..parts.render import resolve
+from ..parts import budget as part_budget
+from ..parts.render import inline_bytes, resolve
 from ..tokens import encoding_for_model, tokenizer_encoding
 from .base import OPENAI_CHAT, ModelEvent, ModelRequest, check_limits
 from .breaker import CircuitBreaker, breaker_for
@@ -104,6 +105,8 @@ class OpenAIChatModel:
     ``"server"``, the server's own ``POST /tokenize``. ``timeout`` bounds connecting and
     sending; ``read_timeout`` (default None) one read of the response: the slice's own
     deadlines (first piece, gap between pieces) govern a streaming reply.
+    ``part_budget``: the :class:`~dormant.parts.budget.PartBudget` a request that
+    inlines images or files reserves their bytes from (default: the process's).
     """
 
     #: the chat format's token overhead, counted by the prompt budget (``SUMMARY_PREFIX`` within it)
@@ -128,6 +131,7 @@ class OpenAIChatModel:
         breaker: CircuitBreaker | None = None,
         tokenizer: str | None = None,
         read_timeout: float | None = None,
+        part_budget: part_budget.PartBudget | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
@@ -164,6 +168,9 @@ class OpenAIChatModel:
         self.breaker = breaker or breaker_for(self.endpoint)
         self._client = client
         self._owns_client = client is None
+        #: the bytes of parts in flight this model's requests reserve from (None: the
+        #: process's, :data:`dormant.parts.budget.SHARED`)
+        self.part_budget = part_budget
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.name!r}, base_url={self.endpoint!r})"
@@ -263,12 +270,45 @@ class OpenAIChatModel:
         endpoint was failing) or the stream broke after events were yielded.
         """
         body = self.request_body(request)
+        reserved = 0
         if request.blobs is not None and self.dialect.vision:  # parts' bytes, for this request only
+            sizes = {p.ref: p.size for m in request.messages for p in m.parts if p.ref}
+            reserved = inline_bytes(body["messages"], sizes)
+        if not reserved:
+            sent = self._send(msgspec.json.encode(body), request)
+            del body
+            async with contextlib.aclosing(sent):
+                async for event in sent:
+                    yield event
+            return
+        held = self.part_budget or part_budget.SHARED
+        # reserved before the bytes are read; given back once the body is dropped: after
+        # the reply streamed, an error, or a cancel (the wait counts in the model timeout)
+        await held.acquire(reserved)
+        buffer = bytearray()
+        try:
             media = {p.ref: p.media_type for m in request.messages for p in m.parts}
             await resolve(body["messages"], media, request.blobs)
-        content = msgspec.json.encode(body)
-        del body
+            _ENCODER.encode_into(body, buffer)
+            del body
+            sent = self._send(buffer, request)
+            async with contextlib.aclosing(sent):
+                async for event in sent:
+                    yield event
+        finally:
+            # emptied here, not when the garbage collector gets to httpx's request objects
+            # (they sit in reference cycles): the bytes are gone when the budget says so
+            buffer.clear()
+            held.release(reserved)
+
+    async def _send(
+        self, content: bytes | bytearray, request: ModelRequest
+    ) -> AsyncGenerator[ModelEvent, None]:
+        """POST ``content`` and stream the reply, retrying as :meth:`stream` says. A
+        ``bytearray`` is sent in copied pieces (see :func:`_pieces`), so its owner can empty it."""
         headers = self._headers()
+        if isinstance(content, bytearray):
+            headers["Content-Length"] = str(len(content))
         attempt = 0
         while True:
             self.breaker.check()
@@ -277,7 +317,11 @@ class OpenAIChatModel:
             cause: BaseException | None = None
             try:
                 async with self._http().stream(
-                    "POST", self.url, content=content, headers=headers, timeout=self._timeouts()
+                    "POST",
+                    self.url,
+                    content=_pieces(content) if isinstance(content, bytearray) else content,
+                    headers=headers,
+                    timeout=self._timeouts(),
                 ) as response:
                     await self._check_status(response)
                     async for event in events(response):
@@ -360,6 +404,19 @@ class OpenAIChatModel:
         delay = self.backoff * (2.0**attempt)
         delay += random.uniform(0.0, 0.1 * delay)
         return min(delay, MAX_BACKOFF)
+
+
+#: encodes a request body into a buffer the request owns
+_ENCODER = msgspec.json.Encoder()
+#: bytes of one piece of a body sent from a buffer
+PIECE_BYTES = 64 * 1024
+
+
+async def _pieces(buffer: bytearray) -> AsyncIterator[bytes]:
+    """``buffer``'s bytes in copied pieces (a fresh iterator per attempt, so a retry
+    sends the whole body again): httpx keeps only the pieces it is writing."""
+    for start in range(0, len(buffer), PIECE_BYTES):
+        yield bytes(buffer[start : start + PIECE_BYTES])
 
 
 def _describe(exc: BaseException) -> str:

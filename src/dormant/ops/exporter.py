@@ -37,6 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.exposition import generate_latest
 
 from ..governor.loop import rss_bytes
+from ..parts import budget as part_budget
 from ..records import StoreStatus
 from ..view.cache import ViewCache
 
@@ -135,6 +136,10 @@ class Exporter:
             "Waits this process acted on, by outcome (expired is not denied).",
             ("outcome",),
         )
+        self.part_bytes = gauge("part_bytes_in_flight", "Bytes of images and files model requests hold now.")
+        self.part_limit = gauge("part_bytes_in_flight_limit", "Budget of part bytes in flight.")
+        self.part_waiting = gauge("part_budget_waiting", "Model requests waiting for part bytes now.")
+        self.part_waits = counter("part_budget_waits", "Model requests that waited for part bytes.")
         self.waiting = gauge("threads_waiting_model", "Threads waiting on a model endpoint (outage).")
         self.outbox = gauge("outbox_entries", "Outbox entries by status.", ("status",))
         self.dead = gauge("dead_letters", "Outbox entries dead-lettered.")
@@ -199,6 +204,11 @@ class Exporter:
         for server in rt.mcp.status():  # as many as the agents name: a bounded label set
             for event in ("calls", "failures", "timeouts", "restarts"):
                 self._count(self.mcp, server.counters[event], server.name, event)
+        parts = part_budget.SHARED.stats()
+        self.part_bytes.set(parts.held)
+        self.part_limit.set(parts.limit)
+        self.part_waiting.set(parts.waiting)
+        self._count(self.part_waits, parts.waits)
         status = await self._store_status()
         for priority, n in status.backlog_by_priority.items():
             self.backlog.labels(priority).set(n)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 import msgspec
 
 from ..errors import NotFound
 from ..records import BlobRef, Message, Part
+from .budget import encoded_size
 
 #: The tokens an image costs at ``low`` detail, and the base of ``high``.
 IMAGE_BASE_TOKENS = 85
@@ -140,11 +141,9 @@ async def read_whole(source: BlobSource, thread_id: str, ref: str) -> bytes:
     return bytes(pieces)
 
 
-async def resolve(messages: list[dict[str, Any]], media: dict[str, str], fetch: BlobFetch) -> None:
-    """Put the bytes of each referenced blob into ``messages`` as data URIs, in place.
-    ``media`` maps a reference to its media type. A blob the thread no longer refers to
-    (retention released it after the view was built: NotFound) is sent as a short text
-    instead, which costs less than the image or file the budget counted."""
+def _inlined(messages: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
+    """Each content item of ``messages`` that names a blob: the item, the dict holding
+    the reference and its key."""
     for message in messages:
         content = message.get("content")
         if not isinstance(content, list):
@@ -154,15 +153,28 @@ async def resolve(messages: list[dict[str, Any]], media: dict[str, str], fetch: 
             key = "url"
             if item.get("type") == "file":
                 holder, key = item.get("file"), "file_data"
-            if not holder or not str(holder.get(key, "")).startswith("sha256:"):
-                continue
-            ref = holder[key]
-            try:
-                data = await fetch(ref)
-            except NotFound:
-                item.clear()
-                item.update(type="text", text="[no longer kept]")
-                continue
-            holder[key] = (
-                f"data:{media.get(ref, 'application/octet-stream')};base64,{base64.b64encode(data).decode()}"
-            )
+            if holder and str(holder.get(key, "")).startswith("sha256:"):
+                yield item, holder, key
+
+
+def inline_bytes(messages: list[dict[str, Any]], sizes: dict[str, int]) -> int:
+    """The bytes :func:`resolve` will put into ``messages`` (each blob's base64 length,
+    once per place it appears); ``sizes`` maps a reference to its blob's size."""
+    return sum(encoded_size(sizes.get(holder[key], 0)) for _, holder, key in _inlined(messages))
+
+
+async def resolve(messages: list[dict[str, Any]], media: dict[str, str], fetch: BlobFetch) -> None:
+    """Put the bytes of each referenced blob into ``messages`` as data URIs, in place.
+    ``media`` maps a reference to its media type. A blob the thread no longer refers to
+    (retention released it after the view was built: NotFound) is sent as a short text
+    instead, which costs less than the image or file the budget counted."""
+    for item, holder, key in list(_inlined(messages)):
+        ref = holder[key]
+        try:
+            data = await fetch(ref)
+        except NotFound:
+            item.clear()
+            item.update(type="text", text="[no longer kept]")
+            continue
+        kind = media.get(ref, "application/octet-stream")
+        holder[key] = f"data:{kind};base64,{base64.b64encode(data).decode()}"
