@@ -52,6 +52,7 @@ REPLY_TEXT = (
 LOG_LINE = "2026-11-29T10:00:00Z worker-{n:07d} INFO processed batch {n} in 12.7 ms (ok)\n"
 REF = re.compile(r"sha256:[0-9a-f]{64}")
 SAMPLE = 40  # slices per measured window
+TURN_TIMEOUT_S = 120.0  # a turn takes milliseconds; minutes mean the runtime stopped
 
 
 def median_of(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -157,15 +158,22 @@ class Meter:
         return result
 
 
-async def turn(rt: Runtime, thread: str, text: str, key: str) -> None:
-    """Send ``text`` and wait until everything it caused is committed."""
+async def turn(rt: Runtime, thread: str, text: str, key: str, timeout_s: float = TURN_TIMEOUT_S) -> None:
+    """Send ``text`` and wait until everything it caused is committed.
+
+    A turn that is not done within ``timeout_s`` raises ``TimeoutError``: a runtime that
+    stopped making progress fails the benchmark instead of hanging it.
+    """
     before = rt.stats.slices
     await rt.send(thread, text, key=key)
+    deadline = time.monotonic() + timeout_s
     while True:
         await asyncio.sleep(0.0002)
         idle = rt.stats.slices > before and not rt.scheduler.active and not rt.dispatcher.active
         if idle and not await rt.store.has_work():
             return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"turn {key!r} on thread {thread!r} not done within {timeout_s:g} s")
 
 
 async def run_context(

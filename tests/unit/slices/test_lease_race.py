@@ -93,3 +93,11 @@ async def test_an_uncancelled_commit_raises_its_own_error() -> None:
 
     with pytest.raises(LeaseLost):
         await land(refused())
+
+
+async def test_a_turn_that_never_finishes_fails_the_benchmark_instead_of_hanging(tmp_path: Path) -> None:
+    agent = Agent(name="a", model=ScriptedModel(lambda request: ModelReply(text="done")), builtins=False)
+    async with Runtime(f"sqlite:///{tmp_path}/x.db", [agent]) as rt:
+        # nothing runs the runtime: the input is admitted and never answered
+        with pytest.raises(TimeoutError, match=r"not done within 0\.2 s"):
+            await asyncio.wait_for(turn(rt, "t", "hello", "k", timeout_s=0.2), 5)
