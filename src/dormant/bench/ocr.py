@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ..parts import Extractor, Limits
 from ..parts.extract import pdf_text
+from .samples import text_pdf
 
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
 
@@ -35,28 +36,6 @@ def _image(lines: list[str], size: tuple[int, int], points: int) -> bytes:
     out = io.BytesIO()
     img.save(out, format="PNG")
     return out.getvalue()
-
-
-def _pdf() -> bytes:
-    content = b"BT /F1 18 Tf 72 720 Td (Invoice INV-48213) Tj ET"
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for n, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 def _median(runs: int, job: Callable[[], str | None], want: str) -> tuple[float, bool]:
@@ -76,7 +55,7 @@ def main(argv: list[str]) -> int:
     page = _image(
         [f"Line {i} the quick brown fox jumps over the lazy dog 12345" for i in range(40)], (2048, 2048), 36
     )
-    document = _pdf()
+    document = text_pdf("Invoice INV-48213")
     print(f"{'what':<40} {'median s':>9} {'found':>6}")
     for languages in ("eng", "eng+chi_sim"):
         ocr = Extractor(languages=languages, timeout_s=60)
