@@ -8,7 +8,7 @@ nothing half-written.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -185,9 +185,15 @@ def check_limits(context_window: int, max_output_tokens: int | None, encoding: s
     return context_window, max_output_tokens, check_encoding(encoding)
 
 
-async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = MAX_REPLY_BYTES) -> ModelReply:
+async def collect(
+    events: AsyncIterator[ModelEvent],
+    *,
+    max_bytes: int = MAX_REPLY_BYTES,
+    on_piece: Callable[[], object] | None = None,
+) -> ModelReply:
     """The turn buffer: gather a stream into a :class:`ModelReply`, bounded by ``max_bytes``
-    (answer, reasoning and tool-call arguments together).
+    (answer, reasoning and tool-call arguments together). ``on_piece`` is called as each
+    event arrives (a deadline that moves with the stream), with no generator in between.
 
     A tool call that arrives without an id gets a fresh one (``call_`` and 24 hex digits);
     one without a name raises :class:`ModelError`.
@@ -200,6 +206,8 @@ async def collect(events: AsyncIterator[ModelEvent], *, max_bytes: int = MAX_REP
     names: dict[int, str] = {}
     finish: Finish | None = None
     async for event in events:
+        if on_piece is not None:
+            on_piece()
         kind = type(event)  # exact type checks: this loop runs per streamed piece
         if kind is TextDelta:
             piece = event.text  # type: ignore[union-attr]

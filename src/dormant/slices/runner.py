@@ -336,10 +336,10 @@ class SliceRunner:
         deadline = StreamDeadline(first, gap)
         try:
             async with asyncio.timeout(first) as scope:
-                stream = deadline.watch(agent.model.stream(request), scope)
+                stream = agent.model.stream(request)
                 if live and self.on_delta is not None:
                     stream = tapped(stream, request.thread_id, self.on_delta)
-                reply = await collect(stream)
+                reply = await collect(stream, on_piece=deadline.on_piece(scope))
         except TimeoutError:
             raise ModelError(deadline.reason(), retryable=True) from None
         except ModelError as exc:

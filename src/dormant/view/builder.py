@@ -529,6 +529,9 @@ def _extend(
     out = tuple(combined[start:])
     # a rebuild from the store would demote the same parts only if the view was full, and
     # may then reach older messages than this one holds: exact only with no part to demote
-    keep = protected(out, limits)
-    exact = not demoting and not any(p.ref for m in out[: len(out) - keep] for p in m.parts)
+    # (the walk for the protected ones only when some message has parts: most have none)
+    exact = not demoting
+    if exact and any(m.parts for m in out):
+        keep = protected(out, limits)
+        exact = not any(p.ref for m in out[: len(out) - keep] for p in m.parts)
     return out, (tokens - extra, size - summary_bytes(summary)), exact

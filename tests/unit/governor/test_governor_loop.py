@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
 from dormant.errors import LeaseLost, Overloaded
 from dormant.governor.levels import MIB, Level, Policy, Transition
-from dormant.governor.loop import Governor, Handles, SliceShedder, cgroup_limit, detect_limit
+from dormant.governor.loop import Governor, Handles, SliceShedder, cgroup_limit, detect_limit, rss_bytes
 from dormant.records import Claim
 from dormant.view.cache import ViewCache
 from tests.helpers import eventually
@@ -267,3 +268,27 @@ async def test_a_runtime_builds_its_governor_from_settings() -> None:
     assert rt.governor.handles.release_store_caches == rt.store.release_caches
     off = Runtime("memory://", agents, settings=Settings.build(rss_governor=False))
     assert off.governor is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc (Linux)")
+def test_rss_bytes_reads_this_process_also_after_a_fork() -> None:
+    """The kept ``/proc/<pid>/statm`` descriptor is per process: a forked child that
+    grows by 64 MiB reads its own size, not its parent's through the inherited one."""
+    import psutil
+
+    assert abs(rss_bytes() - psutil.Process().memory_info().rss) < 8 << 20
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            before = rss_bytes()
+            grown = b"x" * (64 << 20)  # written: resident
+            assert grown
+            os.write(write, str(rss_bytes() - before).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    grew = int(os.read(read, 64))
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert grew > 56 << 20
