@@ -218,6 +218,10 @@ class MiniLMEmbedder:
             opts.intra_op_num_threads = self._threads
             opts.inter_op_num_threads = 1
             opts.log_severity_level = 3
+            # no memory patterns: onnxruntime plans and keeps a block per input shape it
+            # has run, and every batch of texts is a new (count, length) shape; 40 mixed
+            # batches left the process +316 MiB with them, +229 MiB without, same CPU
+            opts.enable_mem_pattern = False
             session = ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
             self._inputs = tuple(i.name for i in session.get_inputs())
             self._tokenizer = tok
