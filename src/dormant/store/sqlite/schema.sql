@@ -81,8 +81,10 @@ CREATE TABLE inputs (
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
 -- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
--- input was consumed): a repeated (thread, key) is a duplicate, and one whose request
--- fingerprint differs from the stored one is refused (idempotency_mismatch).
+-- input was consumed, walking this primary key a window at a time: an index on
+-- admitted_at took as many bytes per key as the key): a repeated (thread, key) is a
+-- duplicate, and one whose request fingerprint differs from the stored one is refused
+-- (idempotency_mismatch).
 CREATE TABLE input_keys (
     thread_id   TEXT NOT NULL,
     dedup_key   TEXT NOT NULL,
@@ -92,7 +94,6 @@ CREATE TABLE input_keys (
     fingerprint TEXT,
     PRIMARY KEY (thread_id, dedup_key)
 ) WITHOUT ROWID;
-CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
 
 -- A rowid table: rows are appended in commit order, so pages stay full although
 -- threads interleave; the (thread_id, seq) index serves views and paging.
