@@ -59,7 +59,7 @@ WHERE m.thread_id = ?1 AND m.role = 'tool' AND length(m.content) > ?3 + length(?
                         ORDER BY k.seq DESC LIMIT 1 OFFSET ?2 - 1), 0)
 ORDER BY m.seq LIMIT ?5
 """
-SHRINK_ONE = "UPDATE messages SET content = substr(content, 1, ?1) || ?2, tokens = NULL WHERE id = ?3"
+SHRINK_ONE = "UPDATE message_rows SET content = substr(content, 1, ?1) || ?2, tokens = NULL WHERE id = ?3"
 # a tool result of thread ?1 starting with ?2 (the blob line and ref) that is not cut (?3: the note)
 REF_SHOWN = """
 SELECT 1 FROM messages WHERE thread_id = ?1 AND role = 'tool' AND substr(content, 1, length(?2)) = ?2
@@ -92,7 +92,9 @@ HISTORY_REFS = """
 SELECT DISTINCT substr(content, ?3 + 1, ?4) FROM messages
 WHERE thread_id = ?1 AND seq < ?2 AND role = 'tool' AND substr(content, 1, ?3) = ?5
 """
-DROP_HISTORY = "DELETE FROM messages WHERE thread_id = ? AND seq < ?"
+DROP_HISTORY = (
+    "DELETE FROM message_rows WHERE thread_rid = (SELECT rid FROM threads WHERE id = ?) AND seq < ?"
+)
 # the thread's retention mark: ?2 more messages deleted, every one up to seq ?3, under ?4
 MARK_PRUNED = """
 INSERT INTO retention_marks (thread_id, pruned, up_to_seq, policy, pruned_at) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -218,8 +220,8 @@ ORDER BY m.seq LIMIT ?3
 """
 # message ?1's parts without their blob references (facts and text kept), its count cleared
 PARTS_DEMOTE = """
-UPDATE messages SET tokens = NULL,
-  parts = (SELECT json_group_array(json(json_remove(p.value, '$.ref'))) FROM json_each(messages.parts) p)
+UPDATE message_rows SET tokens = NULL,
+  parts = (SELECT json_group_array(json(json_remove(p.value, '$.ref'))) FROM json_each(message_rows.parts) p)
 WHERE id = ?1
 """
 # a message or an input of thread ?1 with a part referring to blob ?2
