@@ -102,7 +102,8 @@ CREATE TABLE input_keys (
 -- A rowid table: rows are appended in commit order, so pages stay full although
 -- threads interleave; the (thread_rid, seq) index serves views and paging. Rows are
 -- keyed by the thread's number, not its id (a few bytes, not the id's length, in each
--- row and index entry); reads go through the messages view, writes to message_rows.
+-- row and index entry). Reads go through the messages view; writes, and the per-slice
+-- read and history pages (sql.py: the view's join costs more), name message_rows.
 CREATE TABLE message_rows (
     id           INTEGER PRIMARY KEY,
     thread_rid   INTEGER NOT NULL REFERENCES threads(rid),
