@@ -134,7 +134,7 @@ def test_a_damaged_file_is_refused_and_doctor_says_so(cli: Cli) -> None:
     cli.ok("send", "t1", "hello")
     cli.ok("run", "--until-idle")
     cli.ok("send", "t1", "again")
-    corrupt_page(db_of(cli), "messages_thread_seq")  # found only when a slice reads the history
+    corrupt_page(db_of(cli), "message_rows_thread_seq")  # found only when a slice reads the history
     ran = cli("run", "--until-idle")
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert ran.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in ran.stderr

@@ -35,11 +35,11 @@ def add_migrations(monkeypatch: pytest.MonkeyPatch, *extra: tuple[int, str]) -> 
 
 
 def declared_objects(sql: str) -> set[tuple[str, str]]:
-    """(kind, name) of every CREATE [VIRTUAL] TABLE / CREATE INDEX in a schema file."""
+    """(kind, name) of every CREATE [VIRTUAL] TABLE / CREATE INDEX / CREATE VIEW in a schema file."""
     return {
         (kind.lower(), name)
         for kind, name in re.findall(
-            r"CREATE\s+(?:UNIQUE\s+|VIRTUAL\s+)?(TABLE|INDEX)\s+(\w+)", sql, re.IGNORECASE
+            r"CREATE\s+(?:UNIQUE\s+|VIRTUAL\s+)?(TABLE|INDEX|VIEW)\s+(\w+)", sql, re.IGNORECASE
         )
     }
 

@@ -59,7 +59,7 @@ WHERE m.thread_id = ?1 AND m.role = 'tool' AND length(m.content) > ?3 + length(?
                         ORDER BY k.seq DESC LIMIT 1 OFFSET ?2 - 1), 0)
 ORDER BY m.seq LIMIT ?5
 """
-SHRINK_ONE = "UPDATE messages SET content = substr(content, 1, ?1) || ?2, tokens = NULL WHERE id = ?3"
+SHRINK_ONE = "UPDATE message_rows SET content = substr(content, 1, ?1) || ?2, tokens = NULL WHERE id = ?3"
 # a tool result of thread ?1 starting with ?2 (the blob line and ref) that is not cut (?3: the note)
 REF_SHOWN = """
 SELECT 1 FROM messages WHERE thread_id = ?1 AND role = 'tool' AND substr(content, 1, length(?2)) = ?2
@@ -92,7 +92,9 @@ HISTORY_REFS = """
 SELECT DISTINCT substr(content, ?3 + 1, ?4) FROM messages
 WHERE thread_id = ?1 AND seq < ?2 AND role = 'tool' AND substr(content, 1, ?3) = ?5
 """
-DROP_HISTORY = "DELETE FROM messages WHERE thread_id = ? AND seq < ?"
+DROP_HISTORY = (
+    "DELETE FROM message_rows WHERE thread_rid = (SELECT rid FROM threads WHERE id = ?) AND seq < ?"
+)
 # the thread's retention mark: ?2 more messages deleted, every one up to seq ?3, under ?4
 MARK_PRUNED = """
 INSERT INTO retention_marks (thread_id, pruned, up_to_seq, policy, pruned_at) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -100,14 +102,27 @@ ON CONFLICT (thread_id) DO UPDATE SET pruned = pruned + excluded.pruned,
   up_to_seq = max(up_to_seq, excluded.up_to_seq), policy = excluded.policy, pruned_at = excluded.pruned_at
 """
 RETENTION_MARK = "SELECT pruned, up_to_seq, policy, pruned_at FROM retention_marks WHERE thread_id = ?"
-# dedup keys admitted before ?1 whose input was consumed and that no outbox entry names
+# Dedup keys are forgotten by walking the primary key, a window at a time (no index on
+# admitted_at: it took as many bytes per key as the key itself). KEYS_WINDOW_END: the last
+# key of the window of ?3 keys after (?1, ?2) (NULL ?1: from the first key); none: the
+# window reaches the end of the table.
+KEYS_WINDOW_END = """
+SELECT thread_id, dedup_key FROM input_keys
+WHERE ?1 IS NULL OR (thread_id, dedup_key) > (?1, ?2)
+ORDER BY thread_id, dedup_key LIMIT 1 OFFSET ?3 - 1
+"""
+# the window's keys (after (?1, ?2), up to (?3, ?4); NULL: no bound) admitted before ?5
+# whose input was consumed and that no outbox entry names, the first ?6 of them
 PRUNE_KEYS = """
 DELETE FROM input_keys WHERE (thread_id, dedup_key) IN (
   SELECT k.thread_id, k.dedup_key FROM input_keys k
-  WHERE k.admitted_at < ?1
+  WHERE (?1 IS NULL OR (k.thread_id, k.dedup_key) > (?1, ?2))
+    AND (?3 IS NULL OR (k.thread_id, k.dedup_key) <= (?3, ?4))
+    AND k.admitted_at < ?5
     AND NOT EXISTS (SELECT 1 FROM inputs i WHERE i.id = k.input_id)
     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.thread_id = k.thread_id AND o.call_id = k.dedup_key)
-  ORDER BY k.admitted_at LIMIT ?2)
+  ORDER BY k.thread_id, k.dedup_key LIMIT ?6)
+RETURNING thread_id, dedup_key
 """
 # Summaries of thread ?1 that nothing can read any more, the oldest ?3: all but its ?2
 # newest (and never the one its views start from), whose successor was made at or
@@ -205,8 +220,8 @@ ORDER BY m.seq LIMIT ?3
 """
 # message ?1's parts without their blob references (facts and text kept), its count cleared
 PARTS_DEMOTE = """
-UPDATE messages SET tokens = NULL,
-  parts = (SELECT json_group_array(json(json_remove(p.value, '$.ref'))) FROM json_each(messages.parts) p)
+UPDATE message_rows SET tokens = NULL,
+  parts = (SELECT json_group_array(json(json_remove(p.value, '$.ref'))) FROM json_each(message_rows.parts) p)
 WHERE id = ?1
 """
 # a message or an input of thread ?1 with a part referring to blob ?2

@@ -15,6 +15,11 @@ from . import jobs, journal_sql, sql
 from .journal import Query, Write
 from .writer import Conn
 
+#: keys a call of :meth:`SQLiteRetention.prune_dedup_keys` may visit per key it may
+#: delete, and at least
+KEYS_WALKED = 16
+KEYS_WINDOW_MIN = 4096
+
 
 def release_refs(conn: Conn, thread_id: str, refs: set[str], note: str) -> None:
     """Drop the thread's refs to ``refs`` that no whole tool result of it still shows and
@@ -37,6 +42,8 @@ class SQLiteRetention:
         self._write = write
         self._query = query
         self.clock = clock
+        # where the walk of the dedup keys goes on (None: from the first key)
+        self._key_cursor: tuple[str, str] | None = None
 
     async def shrink_tool_results(
         self, thread_id: str, keep: int, head_chars: int, note: str, limit: int
@@ -111,11 +118,28 @@ class SQLiteRetention:
 
     async def prune_dedup_keys(self, before: float, limit: int) -> int:
         """Delete up to ``limit`` dedup keys admitted before ``before`` whose input was
-        consumed and that no outbox entry names; how many."""
+        consumed and that no outbox entry names; how many.
+
+        No index orders the keys by age (it cost as many bytes per key as the key), so a
+        call walks the primary key on from where the last one stopped (in RAM: a restart
+        walks from the first key), visiting at most :data:`KEYS_WALKED` per allowed key
+        (at least :data:`KEYS_WINDOW_MIN`), and starts again from the first key past the last. A table of
+        fewer keys is read whole each call; a larger one is read whole every
+        ``keys / window`` calls, so a key is forgotten at most that many passes after
+        its horizon."""
+        window = max(KEYS_WALKED * limit, KEYS_WINDOW_MIN)
 
         def job(conn: Conn) -> int:
-            conn.execute(journal_sql.PRUNE_KEYS, (before, limit))
-            return int(conn.changes())
+            start = self._key_cursor
+            low = (None, None) if start is None else start
+            end = conn.execute(journal_sql.KEYS_WINDOW_END, (*low, window)).fetchone()
+            high = (None, None) if end is None else (str(end[0]), str(end[1]))
+            gone = conn.execute(journal_sql.PRUNE_KEYS, (*low, *high, before, limit)).fetchall()
+            if len(gone) >= limit:  # the window may hold more: the next call goes on after them
+                self._key_cursor = max((str(t), str(k)) for t, k in gone)
+            else:
+                self._key_cursor = None if end is None else (str(end[0]), str(end[1]))
+            return len(gone)
 
         result: int = await self._write(job, 256)
         return result

@@ -47,8 +47,12 @@ CREATE TABLE threads (
     subject           TEXT,
     -- the tools the thread's client runs itself (JSON function schemas), shown to the model;
     -- set by the newest admitted input that carried some (NULL: none)
-    client_tools      TEXT
+    client_tools      TEXT,
+    -- the thread's number, which its messages are stored under (message_rows); given by
+    -- INSERT_THREAD, never changed (not the rowid: VACUUM may renumber that)
+    rid               INTEGER
 );
+CREATE UNIQUE INDEX threads_rid ON threads (rid);
 -- the claim walks the tenants with ready work, each one's threads by ready_key, and counts
 -- each tenant's live leases (see CLAIM_THREADS)
 CREATE INDEX threads_ready ON threads (tenant, ready_key) WHERE ready_key IS NOT NULL;
@@ -81,8 +85,10 @@ CREATE TABLE inputs (
 CREATE INDEX inputs_thread ON inputs (thread_id, id);
 
 -- Every dedup key admitted within the dedup horizon (retention prunes older ones whose
--- input was consumed): a repeated (thread, key) is a duplicate, and one whose request
--- fingerprint differs from the stored one is refused (idempotency_mismatch).
+-- input was consumed, walking this primary key a window at a time: an index on
+-- admitted_at took as many bytes per key as the key): a repeated (thread, key) is a
+-- duplicate, and one whose request fingerprint differs from the stored one is refused
+-- (idempotency_mismatch).
 CREATE TABLE input_keys (
     thread_id   TEXT NOT NULL,
     dedup_key   TEXT NOT NULL,
@@ -92,13 +98,15 @@ CREATE TABLE input_keys (
     fingerprint TEXT,
     PRIMARY KEY (thread_id, dedup_key)
 ) WITHOUT ROWID;
-CREATE INDEX input_keys_admitted ON input_keys (admitted_at);
 
 -- A rowid table: rows are appended in commit order, so pages stay full although
--- threads interleave; the (thread_id, seq) index serves views and paging.
-CREATE TABLE messages (
+-- threads interleave; the (thread_rid, seq) index serves views and paging. Rows are
+-- keyed by the thread's number, not its id (a few bytes, not the id's length, in each
+-- row and index entry). Reads go through the messages view; writes, and the per-slice
+-- read and history pages (sql.py: the view's join costs more), name message_rows.
+CREATE TABLE message_rows (
     id           INTEGER PRIMARY KEY,
-    thread_id    TEXT NOT NULL REFERENCES threads(id),
+    thread_rid   INTEGER NOT NULL REFERENCES threads(rid),
     seq          INTEGER NOT NULL,
     role         TEXT NOT NULL,
     content      TEXT NOT NULL,
@@ -118,7 +126,13 @@ CREATE TABLE messages (
     usage_cached     INTEGER,
     parts            TEXT  -- images and files: JSON references to blobs and their facts
 );
-CREATE UNIQUE INDEX messages_thread_seq ON messages (thread_id, seq);
+CREATE UNIQUE INDEX message_rows_thread_seq ON message_rows (thread_rid, seq);
+-- the messages with their thread's id: what every read names
+CREATE VIEW messages AS
+SELECT m.id, t.id AS thread_id, m.seq, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
+       m.source, m.input_id, m.created_at, m.tokens, m.finish_reason, m.reasoning,
+       m.usage_prompt, m.usage_completion, m.usage_cached, m.parts
+FROM message_rows m JOIN threads t ON t.rid = m.thread_rid;
 
 -- Compaction summaries: the originals stay in messages. made_at_seq is the thread's
 -- last_seq when the summary was written (a child spawned before it never sees it).
