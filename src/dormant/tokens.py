@@ -38,12 +38,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Final, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Final, Protocol
 
 from .errors import DormantError, UsageError
 from .records import Message, ToolCall
+
+if TYPE_CHECKING:
+    # only a model server's counts need it, imported when one is asked: httpx's import
+    # pulls in click, rich and pygments (~8 MiB resident) for a process that never calls
+    import httpx
 
 __all__ = [
     "DEFAULT_ENCODING",
@@ -314,6 +317,8 @@ class ServerEncoder:
                     missing.append(text)
         if not missing:
             return 0
+        import httpx
+
         given = 0
         async with httpx.AsyncClient() as client:
             for text in missing:

@@ -42,6 +42,7 @@ KEYS = {
     "turn_cpu_ms",
     "turn_slice_p50_ms",
     "rss_peak_bytes",
+    "rss_peak_sampled_bytes",
 }
 
 
@@ -57,6 +58,10 @@ def test_bench_scale_writes_its_outputs_and_says_whether_tokens_were_counted(
     summary = json.loads((out / "summary.json").read_text())
     assert summary.keys() >= KEYS
     assert summary["completions"] == 12 * 2 * 2, "two completions a turn"
+    # a watcher process sampled the run: at least what the process had at its start
+    assert summary["rss_watch_samples"] > 0
+    assert summary["rss_peak_sampled_bytes"] >= summary["rss_start_bytes"] > 0
+    assert "rss_peak_sampled_bytes" in result.output
     assert summary["counts_tokens"] is counts
     if view_tokens:
         assert summary["view_tokens"] == view_tokens

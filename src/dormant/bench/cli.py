@@ -35,6 +35,7 @@ SHOWN = (
     "rss_start_bytes",
     "rss_end_bytes",
     "rss_peak_bytes",
+    "rss_peak_sampled_bytes",
     "rss_slope_kib_per_agent",
     "db_bytes_per_agent",
     "raw_bytes_per_agent",

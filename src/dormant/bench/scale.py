@@ -35,6 +35,7 @@ from ..models.scripted import ScriptedModel, tool_round_trip
 from ..records import NewInput
 from ..runtime import Runtime
 from ..tools.spec import tool
+from . import rsswatch
 from .stats import flatness_turns, per_turn_p50, turn_ratio
 
 #: The runtime's default view cache budget (what a user gets without flags).
@@ -184,6 +185,12 @@ class ScaleResult:
     flatness_cpu: float | None = None
     #: the most RSS the process ever had (VmHWM: the kernel's high-water mark)
     rss_peak_bytes: int = 0
+    #: the most RSS a watcher process saw, sampling this one every 10 ms from before the
+    #: runtime opens until after it closes (the peak figure that the targets are set for)
+    rss_peak_sampled_bytes: int = 0
+    #: the watcher's samples and the longest gap between two (how fine the sampling was)
+    rss_watch_samples: int = 0
+    rss_watch_max_gap_ms: float = 0.0
     waves: list[WaveRow] = field(default_factory=list)
 
 
@@ -250,6 +257,8 @@ async def run_scale(
         view_cache_bytes=view_cache_bytes,
         compaction_share=0,  # the workload is 2 completions a turn; compaction would add some
     )
+    watch_file = out / "rss_watch.json"
+    watcher = rsswatch.start(watch_file)
     trim()
     rss_start = rss_bytes()
     rows: list[WaveRow] = []
@@ -262,36 +271,39 @@ async def run_scale(
     turn_cpu: dict[int, list[float]] = {}
     started = time.perf_counter()
     done_turns = 0
-    async with Runtime(url, [make_agent()], settings=settings) as rt:
-        rt.stats.slice_latency.sinks.append(round_slices.append)
-        for first in range(0, agents, wave):
-            ids = [f"agent-{i}" for i in range(first, min(first + wave, agents))]
-            for turn in range(turns):
-                t0, c0 = time.perf_counter(), time.process_time()
-                await rt.admit(turn_inputs(ids, turn))
-                await rt.run_until_idle()
-                turn_times.setdefault(turn, []).append(time.perf_counter() - t0)
-                turn_cpu.setdefault(turn, []).append((time.process_time() - c0) / len(ids))
-                slice_p50s.setdefault(turn, []).append(statistics.median(round_slices or [0.0]))
-                del round_slices[:]
-                done_turns += len(ids)
-                if progress:
-                    progress(done_turns, agents * turns)
-            trim()
-            rows.append(
-                WaveRow(
-                    agents=first + len(ids),
-                    rss_bytes=rss_bytes(),
-                    elapsed_s=round(time.perf_counter() - started, 3),
-                    db_bytes=db_bytes(kind, url, workdir),
+    try:
+        async with Runtime(url, [make_agent()], settings=settings) as rt:
+            rt.stats.slice_latency.sinks.append(round_slices.append)
+            for first in range(0, agents, wave):
+                ids = [f"agent-{i}" for i in range(first, min(first + wave, agents))]
+                for turn in range(turns):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    await rt.admit(turn_inputs(ids, turn))
+                    await rt.run_until_idle()
+                    turn_times.setdefault(turn, []).append(time.perf_counter() - t0)
+                    turn_cpu.setdefault(turn, []).append((time.process_time() - c0) / len(ids))
+                    slice_p50s.setdefault(turn, []).append(statistics.median(round_slices or [0.0]))
+                    del round_slices[:]
+                    done_turns += len(ids)
+                    if progress:
+                        progress(done_turns, agents * turns)
+                trim()
+                rows.append(
+                    WaveRow(
+                        agents=first + len(ids),
+                        rss_bytes=rss_bytes(),
+                        elapsed_s=round(time.perf_counter() - started, 3),
+                        db_bytes=db_bytes(kind, url, workdir),
+                    )
                 )
-            )
-        elapsed = time.perf_counter() - started
-        stats = rt.stats
-        commits = rt.store.commits
-        limits = next(iter(rt.limits.values()))
-        if before_close is not None:
-            await before_close(rt)
+            elapsed = time.perf_counter() - started
+            stats = rt.stats
+            commits = rt.store.commits
+            limits = next(iter(rt.limits.values()))
+            if before_close is not None:
+                await before_close(rt)
+    finally:
+        watched = rsswatch.stop(watcher, watch_file)
     db = db_bytes(kind, url, workdir)  # a PostgreSQL run's schema is dropped only at exit
     lat = stats.slice_latency
     p50s = per_turn_p50([turn_times[t] for t in sorted(turn_times)])
@@ -336,6 +348,9 @@ async def run_scale(
         turn_cpu_ms=[round(v * 1000, 4) for v in cpu_p50],
         flatness_cpu=None if flat_cpu is None else round(flat_cpu, 3),
         rss_peak_bytes=rss_bytes("VmHWM"),
+        rss_peak_sampled_bytes=int(watched["max_rss_bytes"]),
+        rss_watch_samples=int(watched["samples"]),
+        rss_watch_max_gap_ms=round(watched["max_gap_s"] * 1000, 1),
         waves=rows,
     )
     write_outputs(result, out)
