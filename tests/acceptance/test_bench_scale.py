@@ -87,8 +87,9 @@ def test_bench_scale_under_the_default_view_never_loads_the_tokenizer(tmp_path: 
     assert summary["flatness_turns"] == [10, 20]
     rounds, slices = summary["turn_latency_p50_ms"], summary["turn_slice_p50_ms"]
     assert len(slices) == 20 and min(slices) > 0
-    assert summary["flatness"] == pytest.approx(slices[19] / slices[9], abs=2e-3)
-    assert summary["flatness_rounds"] == pytest.approx(rounds[19] / rounds[9], abs=2e-3)
+    # the summary rounds the per-turn medians: their ratio matches within 1 %
+    assert summary["flatness"] == pytest.approx(slices[19] / slices[9], rel=1e-2)
+    assert summary["flatness_rounds"] == pytest.approx(rounds[19] / rounds[9], rel=1e-2)
     cpu = summary["turn_cpu_ms"]
     assert len(cpu) == 20 and min(cpu) > 0
     assert summary["flatness_cpu"] == pytest.approx(cpu[19] / cpu[9], rel=1e-2)
