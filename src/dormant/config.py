@@ -160,7 +160,7 @@ class Settings(BaseModel):
         gt=0,
         description=(
             "seconds a streaming model reply may go without a piece before it counts as dead "
-            "(it is cut between this and twice this after its last piece)"
+            "(it is cut this long after its last piece)"
         ),
     )
     model_check_s: float = Field(

@@ -44,6 +44,7 @@ from ..tools import blobs
 from ..tools.pool import ToolThreads
 from ..tools.results import stored_result
 from ..tools.spec import ToolContext, ToolProgress, timeout_reason
+from .deadline import Deadline
 from .retry import STORE_RETRY_MAX_S, backoff, log_store_failure, pause
 
 log = logging.getLogger("dormant.dispatcher")
@@ -238,7 +239,7 @@ class Dispatcher:
             progress=self._progress_of(entry.thread_id),
         )
         try:
-            async with asyncio.timeout(spec.timeout):
+            with Deadline(spec.timeout):
                 output = await spec.run(args, ctx)
                 done = await stored_result(
                     self.store, entry.thread_id, output, self.blob_threshold, self.part_limits

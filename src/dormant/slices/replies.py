@@ -1,11 +1,10 @@
-"""What a slice does around one model call: the stream's two deadlines, cleaning a reply,
+"""What a slice does around one model call: cleaning a reply,
 counting the messages it writes, keeping the learned token ratio, and the attempt rules
 of a claim. Pure helpers of :mod:`dormant.slices.runner` (no I/O).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
@@ -19,7 +18,6 @@ from ..view import ratio as ratio_rules
 
 __all__ = [
     "MAX_SCALED",
-    "StreamDeadline",
     "clean_reply",
     "counted",
     "crashed_out",
@@ -86,55 +84,6 @@ async def tapped(
     async for event in stream:
         observe(thread_id, event)
         yield event
-
-
-class StreamDeadline:
-    """The two deadlines of a streamed model call: ``first_s`` to its first piece (the
-    server reads the whole prompt before it writes), then ``gap_s`` between pieces. A
-    server that keeps streaming is alive however long the reply takes (the reply is
-    bounded by its output cap and :data:`~dormant.models.base.MAX_REPLY_BYTES`)."""
-
-    __slots__ = ("first_s", "gap_s", "pieces")
-
-    def __init__(self, first_s: float, gap_s: float) -> None:
-        self.first_s = first_s
-        self.gap_s = gap_s
-        self.pieces = 0
-
-    def on_piece(self, scope: asyncio.Timeout) -> Callable[[], None]:
-        """The callback :func:`~dormant.models.base.collect` calls per piece, keeping
-        ``scope``'s deadline at least ``gap_s`` after each piece.
-
-        The deadline moves (to ``2 x gap_s`` ahead) only when less than ``gap_s`` is left,
-        about once per ``gap_s`` of streaming rather than at every piece: a reschedule
-        cancels and re-queues an event-loop timer, and a reply is hundreds of pieces. A
-        stalled stream is so cut between ``gap_s`` and ``2 x gap_s`` after its last piece,
-        never sooner than ``gap_s``. A callback rather than a generator around the stream:
-        one less async frame per piece on every model call."""
-        loop = asyncio.get_running_loop()
-        gap = self.gap_s
-
-        def piece() -> None:
-            self.pieces += 1
-            now = loop.time()
-            when = scope.when()
-            # the first piece ends the first-piece deadline whatever is left of it
-            if self.pieces == 1 or when is None or when - now < gap:
-                scope.reschedule(now + 2 * gap)
-
-        return piece
-
-    def reason(self) -> str:
-        """Why the call timed out, naming the deadline that passed and its setting."""
-        if self.pieces == 0:
-            return (
-                f"the model sent nothing within {self.first_s:g}s "
-                "(model_timeout_s, DORMANT_MODEL_TIMEOUT_S / --model-timeout)"
-            )
-        return (
-            f"the model's stream stalled: no piece for {self.gap_s:g}s after {self.pieces} "
-            "(model_stream_timeout_s, DORMANT_MODEL_STREAM_TIMEOUT_S / --model-stream-timeout)"
-        )
 
 
 #: Budgets under learned token ratios kept by one runner (agents x ratio steps).

@@ -64,11 +64,11 @@ from ..view import ratio as ratio_rules
 from ..view.pages import PagePolicy
 from ..view.ratio import TokenRatios
 from . import compaction
+from .deadline import Deadline
 from .landing import land
 from .memory import LoopMemory, Prepared, SubjectMemory
 from .replies import (
     MAX_SCALED,
-    StreamDeadline,
     clean_reply,
     counted,
     crashed_out,
@@ -80,7 +80,7 @@ from .replies import (
 from .retry import STORE_RETRY_MAX_S, backoff, capped
 from .step import InlineCall, InlineResult, Turn
 
-__all__ = ["SliceRunner", "StreamDeadline", "clean_reply", "counted", "crashed_out", "failures_of", "tapped"]
+__all__ = ["SliceRunner", "clean_reply", "counted", "crashed_out", "failures_of", "tapped"]
 
 log = logging.getLogger("dormant.runtime")
 
@@ -333,13 +333,13 @@ class SliceRunner:
         turn's, not a compaction's) is shown to :attr:`on_delta` as it streams."""
         started = time.perf_counter()
         first, gap = self.settings.model_timeout_s, self.settings.model_stream_timeout_s
-        deadline = StreamDeadline(first, gap)
+        deadline = Deadline(first, gap)
         try:
-            async with asyncio.timeout(first) as scope:
+            with deadline:
                 stream = agent.model.stream(request)
                 if live and self.on_delta is not None:
                     stream = tapped(stream, request.thread_id, self.on_delta)
-                reply = await collect(stream, on_piece=deadline.on_piece(scope))
+                reply = await collect(stream, on_piece=deadline.piece)
         except TimeoutError:
             raise ModelError(deadline.reason(), retryable=True) from None
         except ModelError as exc:

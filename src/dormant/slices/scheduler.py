@@ -42,9 +42,10 @@ class _Running:
 
     __slots__ = ("claim", "deadline", "task")
 
-    def __init__(self, claim: Claim, task: asyncio.Task[None], deadline: float) -> None:
+    task: asyncio.Task[None]  # set as soon as the entry is made (the task is given the entry)
+
+    def __init__(self, claim: Claim, deadline: float) -> None:
         self.claim = claim
-        self.task = task
         self.deadline = deadline  # time.monotonic() at which the lease is surely gone
 
 
@@ -176,8 +177,9 @@ class Scheduler:
             ending.add(previous.task)
             previous.task.add_done_callback(lambda task: self._ended(thread_id, task))
         earlier = frozenset(self._ending.get(thread_id, ()))
-        task = asyncio.create_task(self._guard(claim, earlier), name=f"slice:{thread_id}")
-        self._running[thread_id] = _Running(claim, task, deadline)
+        entry = _Running(claim, deadline)
+        entry.task = asyncio.create_task(self._guard(claim, entry, earlier), name=f"slice:{thread_id}")
+        self._running[thread_id] = entry
 
     def _ended(self, thread_id: str, task: asyncio.Task[None]) -> None:
         ending = self._ending.get(thread_id)
@@ -187,15 +189,14 @@ class Scheduler:
                 del self._ending[thread_id]
         self.wake.set()
 
-    async def _guard(self, claim: Claim, earlier: frozenset[asyncio.Task[None]]) -> None:
+    async def _guard(self, claim: Claim, entry: _Running, earlier: frozenset[asyncio.Task[None]]) -> None:
         try:
             pending = [t for t in earlier if not t.done()]
             if pending:  # never two slices of one thread at once: wait for every earlier one
                 await asyncio.wait(pending)
             await self.run_slice(claim)
         finally:
-            entry = self._running.get(claim.thread_id)
-            if entry is not None and entry.task is asyncio.current_task():
+            if self._running.get(claim.thread_id) is entry:
                 del self._running[claim.thread_id]  # only its own entry, never a successor's
             self.wake.set()
 

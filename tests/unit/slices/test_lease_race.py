@@ -87,6 +87,44 @@ async def test_a_cancelled_commit_that_is_refused_ends_the_slice_cancelled() -> 
     assert (await _cancelled_during(LeaseLost("gone"))).cancelled()
 
 
+async def test_a_commit_cancelled_twice_and_between_its_waits_lands_and_is_done() -> None:
+    """Cancellations at each of the commit's waits (a future, then a bare pass of the
+    loop) neither cancel what it awaits nor stop it: it runs to its end."""
+    loop = asyncio.get_running_loop()
+    first: asyncio.Future[int] = loop.create_future()
+    steps: list[str] = []
+
+    async def write() -> None:
+        steps.append(f"value {await first}")
+        await asyncio.sleep(0)
+        steps.append("after a pass")
+
+    task = asyncio.create_task(land(write()))
+    await asyncio.sleep(0)
+    task.cancel()
+    task.cancel()
+    await asyncio.sleep(0)
+    assert not first.cancelled(), "the commit's own future is never cancelled"
+    first.set_result(7)
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert steps == ["value 7", "after a pass"]
+    assert not task.cancelled() and task.exception() is None
+    assert task.cancelling() == 0, "every cancellation was withdrawn"
+
+
+async def test_a_commit_runs_in_the_callers_task() -> None:
+    """No task of its own: the commit sees its caller as the current task."""
+    seen: list[asyncio.Task[object] | None] = []
+
+    async def write() -> None:
+        seen.append(asyncio.current_task())
+
+    await land(write())
+    assert seen == [asyncio.current_task()]
+
+
 async def test_an_uncancelled_commit_raises_its_own_error() -> None:
     async def refused() -> None:
         raise LeaseLost("gone")

@@ -36,10 +36,14 @@ def test_reads_reuse_at_most_size_connections(tmp_path: Path) -> None:
     pool = ReaderPool(connect, size=2)
     inside = threading.Barrier(2, timeout=10)
     peak: list[int] = []
+    counting = threading.Lock()  # two reads, never three, take the barrier
 
     def read(c: Any) -> int:
-        if len(peak) < 2:
-            peak.append(pool.connections)
+        with counting:
+            first_two = len(peak) < 2
+            if first_two:
+                peak.append(pool.connections)
+        if first_two:
             inside.wait()  # two reads hold a connection each at the same time
         return int(c.execute("SELECT sum(x) FROM t").fetchone()[0])
 
