@@ -40,14 +40,20 @@ def _require() -> None:
 
 
 async def _run(
-    tmp_path: Path, scenario: str, *, partition_s: float = 5.0, kill9: bool = False, slow_s: float = 4.0
+    tmp_path: Path,
+    scenario: str,
+    *,
+    partition_s: float = 5.0,
+    kill9: bool = False,
+    slow_s: float = 4.0,
+    after_s: float = 3.0,
 ) -> Verdict:
     _require()
     cfg = HostsConfig(
         scenario=scenario,
         threads=8,
         before_s=2.0,
-        after_s=3.0,
+        after_s=after_s,
         lease_s=2.0,
         partition_s=partition_s,
         slow_s=slow_s,
@@ -70,7 +76,10 @@ async def _run(
 
 
 async def test_a_partitioned_worker_is_taken_over_fenced_and_rejoins(tmp_path: Path) -> None:
-    verdict = await _run(tmp_path, "partition", partition_s=5.0, kill9=True)
+    # the cut worker's connections come back when TCP next retransmits (its timer doubled
+    # through the 5 s cut): its first slice after the heal was seen 0.5-3.3 s later, so it
+    # gets 6 s of new inputs to rejoin on before the drain
+    verdict = await _run(tmp_path, "partition", partition_s=5.0, kill9=True, after_s=6.0)
     assert verdict.takeover_s, "the cut worker held a slice at the cut; another took the thread over"
     assert max(verdict.takeover_s) < 5.0, verdict.figures()
     # its slice under the lost lease never commits: the store refuses the commit (fenced), or

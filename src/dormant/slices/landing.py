@@ -17,7 +17,9 @@ the store's own write, bounded as any commit is.
 The commit runs in the slice's own task, stepped here: each future it awaits is waited
 for through a waiter of our own, so a cancellation cancels the waiter and never the
 store's future. (A task of its own and a shield around it cost ~10 µs per commit, 5 %
-of a short slice's CPU.)
+of a short slice's CPU.) So a commit must not bound its own waits by cancelling its task
+(``asyncio.timeout`` inside it): that cancellation is absorbed here like any other. The
+stores' commits await their writers' futures; a writer bounds its work in its own task.
 """
 
 from __future__ import annotations
