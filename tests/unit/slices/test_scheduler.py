@@ -165,6 +165,7 @@ async def test_a_thread_whose_lease_lapsed_mid_slice_never_runs_twice_at_once() 
     running = 0
     peak = 0
     slices: list[str] = []
+    entered: list[bool] = []  # whether the scheduler still held the later slice's entry
     done = asyncio.Event()
 
     async def run_slice(claim: Claim) -> None:
@@ -184,6 +185,7 @@ async def test_a_thread_whose_lease_lapsed_mid_slice_never_runs_twice_at_once() 
                     raise
             else:
                 assert scheduler.active >= 1, "the running slice is still counted"
+                entered.append(scheduler.running("t1"))  # after every earlier slice ended
                 await consume(store, claim)
                 done.set()
         finally:
@@ -193,6 +195,7 @@ async def test_a_thread_whose_lease_lapsed_mid_slice_never_runs_twice_at_once() 
     await run_until(scheduler, done)
     assert peak == 1, "two slices of one thread ran at once"
     assert len(slices) >= 2 and len(set(slices)) == len(slices)
+    assert entered and all(entered), "an earlier slice's end dropped a later one's entry"
     assert scheduler.active == 0
 
 
